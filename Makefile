@@ -1,0 +1,55 @@
+# The two commands: `make demo` runs the platform, `make test` passes the tests.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: install demo test lint format images lock migrate clean-var
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+
+# Installs are reproducible: exact versions come from requirements.lock.
+$(VENV)/.installed: $(BIN)/python requirements.lock pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	@DEBUG=$${DEBUG:-1} $(BIN)/python -m gpurental.embedded run -- sh -c '\
+	  python manage.py migrate --noinput && \
+	  python manage.py seed_demo && \
+	  echo "" && \
+	  echo "  gpurental is starting on http://127.0.0.1:$${PORT:-8000}/" && \
+	  echo "  back-office  http://127.0.0.1:$${PORT:-8000}/admin/   admin@example.com / admin" && \
+	  echo "  customer     demo@example.com / demo" && \
+	  echo "  Ctrl-C stops everything; data stays in var/." && \
+	  echo "" && \
+	  exec honcho start -f Procfile -p $${PORT:-8000}'
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check gpurental tests bench
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format gpurental tests bench
+
+migrate: install
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput
+
+# Regenerate the lock file from pyproject.toml's ranges (needs the package index).
+lock:
+	rm -rf /tmp/gpurental-lock && $(PYTHON) -m venv /tmp/gpurental-lock
+	/tmp/gpurental-lock/bin/pip install --quiet ".[dev]"
+	/tmp/gpurental-lock/bin/pip freeze --exclude gpurental | sort -f > requirements.lock
+
+clean-var:
+	$(BIN)/python -m gpurental.embedded down || true
+	rm -rf var

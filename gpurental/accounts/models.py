@@ -1,0 +1,128 @@
+import uuid
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
+from django.contrib.auth.models import PermissionsMixin
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class UserManager(BaseUserManager):
+    use_in_migrations = True
+
+    def _create(self, email: str, password: str | None, **fields):
+        if not email:
+            raise ValueError("email is required")
+        user = self.model(email=self.normalize_email(email).lower(), **fields)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_user(self, email: str, password: str | None = None, **fields):
+        fields.setdefault("is_staff", False)
+        fields.setdefault("is_superuser", False)
+        return self._create(email, password, **fields)
+
+    def create_superuser(self, email: str, password: str | None = None, **fields):
+        fields["is_staff"] = True
+        fields["is_superuser"] = True
+        return self._create(email, password, **fields)
+
+
+def default_gpu_quota() -> int:
+    return settings.DEFAULT_GPU_QUOTA
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    """A customer or a member of the operator's staff; logs in with an e-mail address."""
+
+    email = models.EmailField(unique=True)
+    full_name = models.CharField(max_length=150, blank=True)
+    company = models.CharField(max_length=150, blank=True)
+    is_staff = models.BooleanField(default=False, help_text="Can use the back-office.")
+    is_active = models.BooleanField(default=True)
+    date_joined = models.DateTimeField(default=timezone.now)
+    gpu_quota = models.PositiveSmallIntegerField(
+        default=default_gpu_quota, help_text="Most GPUs this customer may hold at once."
+    )
+    credit_limit = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        default=Decimal("0.00"),
+        help_text="How far below zero the balance may go before instances are stopped.",
+    )
+
+    objects = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    class Meta:
+        ordering = ["email"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(credit_limit__gte=0), name="user_credit_limit_not_negative"
+            ),
+            models.UniqueConstraint(models.functions.Lower("email"), name="user_email_ci_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+
+class ApiKey(models.Model):
+    """An API key. Only its SHA-256 is stored; the key itself is shown once."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(
+        max_length=12, unique=True, help_text="Public part, to recognise a key."
+    )
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditEvent(models.Model):
+    """Append-only record of who did what to which object, from where.
+
+    The database refuses UPDATE and DELETE on this table (see migration 0002).
+    """
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_repr = models.CharField(
+        max_length=254, blank=True, help_text="Kept when the user is gone."
+    )
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64, blank=True)
+    object_id = models.CharField(max_length=64, blank=True, db_index=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    changes = models.JSONField(default=dict, blank=True)
+    ip_address = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_repr or 'system'} {self.action} {self.object_repr}"

@@ -1,0 +1,1 @@
+"""Host-side code: runtime backends, GPU sources, host tasks, sampler. Imports no models."""

@@ -1,0 +1,46 @@
+from django.contrib import admin
+
+from gpurental.accounts.admin_mixins import AuditedAdmin
+from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+
+
+@admin.register(GPUModel)
+class GPUModelAdmin(AuditedAdmin):
+    list_display = [
+        "name",
+        "short_name",
+        "memory_gb",
+        "bf16_tflops",
+        "interconnect",
+        "nvlink_bandwidth_gbs",
+    ]
+    list_filter = ["interconnect"]
+    search_fields = ["name", "short_name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+@admin.register(Plan)
+class PlanAdmin(AuditedAdmin):
+    list_display = [
+        "name",
+        "gpu_model",
+        "gpu_count",
+        "vcpus",
+        "memory_gb",
+        "hourly_rate",
+        "off_peak_discount",
+        "reserved_discount",
+        "is_active",
+    ]
+    list_filter = ["gpu_model", "gpu_count", "is_active"]
+    search_fields = ["name", "slug"]
+    list_editable = ["is_active"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+@admin.register(ImageTemplate)
+class ImageTemplateAdmin(AuditedAdmin):
+    list_display = ["name", "slug", "image", "cpu_image", "port", "is_active"]
+    list_filter = ["is_active"]
+    search_fields = ["name", "slug", "image"]
+    prepopulated_fields = {"slug": ["name"]}

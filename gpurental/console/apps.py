@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConsoleConfig(AppConfig):
+    name = "gpurental.console"
+    label = "console"

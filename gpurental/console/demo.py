@@ -1,0 +1,168 @@
+"""Demo data: real GPU specs, plans for 1/2/4/8 GPUs, images, a local host, two logins.
+
+Idempotent: running it again updates the same rows and adds nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+
+from gpurental.accounts.models import User
+from gpurental.billing.models import LedgerEntry
+from gpurental.billing.services import credit_add
+from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+from gpurental.fleet.models import GPUSource, Host
+from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
+
+DEMO_CREDIT_NOTE = "Demo credit"
+
+# Dense tensor TFLOPS and bandwidths from NVIDIA's data sheets.
+GPU_MODELS = [
+    {
+        "slug": "a10g",
+        "name": "A10G 24GB",
+        "short_name": "A10G",
+        "nvml_names": ["NVIDIA A10G"],
+        "memory_gb": 24,
+        "fp16_tflops": "125.0",
+        "bf16_tflops": "125.0",
+        "fp32_tflops": "31.2",
+        "memory_bandwidth_gbs": 600,
+        "interconnect": Interconnect.PCIE,
+        "nvlink_bandwidth_gbs": 0,
+        "per_gpu_hour": "1.10",
+        "vcpus": 8,
+        "ram": 32,
+    },
+    {
+        "slug": "l4",
+        "name": "L4 24GB",
+        "short_name": "L4",
+        "nvml_names": ["NVIDIA L4"],
+        "memory_gb": 24,
+        "fp16_tflops": "121.0",
+        "bf16_tflops": "121.0",
+        "fp32_tflops": "30.3",
+        "memory_bandwidth_gbs": 300,
+        "interconnect": Interconnect.PCIE,
+        "nvlink_bandwidth_gbs": 0,
+        "per_gpu_hour": "0.80",
+        "vcpus": 8,
+        "ram": 32,
+    },
+    {
+        "slug": "a100-80gb-sxm",
+        "name": "A100 80GB SXM",
+        "short_name": "A100",
+        "nvml_names": ["NVIDIA A100-SXM4-80GB"],
+        "memory_gb": 80,
+        "fp16_tflops": "312.0",
+        "bf16_tflops": "312.0",
+        "fp32_tflops": "19.5",
+        "memory_bandwidth_gbs": 2039,
+        "interconnect": Interconnect.NVSWITCH,
+        "nvlink_bandwidth_gbs": 600,
+        "per_gpu_hour": "2.20",
+        "vcpus": 16,
+        "ram": 120,
+    },
+    {
+        "slug": "h100-80gb-sxm",
+        "name": "H100 80GB SXM",
+        "short_name": "H100",
+        "nvml_names": ["NVIDIA H100 80GB HBM3"],
+        "memory_gb": 80,
+        "fp16_tflops": "989.4",
+        "bf16_tflops": "989.4",
+        "fp32_tflops": "66.9",
+        "memory_bandwidth_gbs": 3350,
+        "interconnect": Interconnect.NVSWITCH,
+        "nvlink_bandwidth_gbs": 900,
+        "per_gpu_hour": "3.90",
+        "vcpus": 24,
+        "ram": 240,
+    },
+]
+
+IMAGES = [
+    {
+        "slug": "jupyter-cpu",
+        "name": "JupyterLab (Python 3.11)",
+        "image": "gpurental/jupyter-cpu:latest",
+        "description": "JupyterLab 4 on Debian 12, built locally by `make images`.",
+    },
+    {
+        "slug": "pytorch-2.1",
+        "name": "PyTorch 2.1 + CUDA 12.1 + JupyterLab",
+        "image": "gpurental/pytorch-cuda:2.1",
+        "cpu_image": "gpurental/jupyter-cpu:latest",
+        "description": "For NVIDIA hosts; simulated hosts run the CPU JupyterLab image instead.",
+    },
+]
+
+PLAN_SIZES = (1, 2, 4, 8)
+
+
+@dataclass
+class SeedResult:
+    host_token: str | None  # only when the host was created now
+
+
+def _user(email: str, password: str, **fields) -> User:
+    user = User.objects.filter(email=email).first()
+    if user is None:
+        user = User.objects.create_user(email=email, password=password, **fields)
+    return user
+
+
+@transaction.atomic
+def seed_demo() -> SeedResult:
+    admin = _user("admin@example.com", "admin", full_name="Operator Admin")
+    if not (admin.is_staff and admin.is_superuser):
+        User.objects.filter(pk=admin.pk).update(is_staff=True, is_superuser=True)
+    demo = _user("demo@example.com", "demo", full_name="Demo Customer", company="Example Labs")
+    if not LedgerEntry.objects.filter(
+        user=demo, kind=LedgerEntry.Kind.CREDIT, description=DEMO_CREDIT_NOTE
+    ).exists():
+        credit_add(user=demo, amount=settings.DEMO_CREDIT, description=DEMO_CREDIT_NOTE)
+
+    models = {}
+    for spec in GPU_MODELS:
+        spec = dict(spec)
+        per_gpu_hour, vcpus, ram = (
+            Decimal(spec.pop("per_gpu_hour")),
+            spec.pop("vcpus"),
+            spec.pop("ram"),
+        )
+        model, _ = GPUModel.objects.update_or_create(slug=spec.pop("slug"), defaults=spec)
+        models[model.slug] = model
+        for count in PLAN_SIZES:
+            Plan.objects.update_or_create(
+                slug=f"{model.slug}-x{count}",
+                defaults={
+                    "name": f"{count}× {model.short_name}",
+                    "gpu_model": model,
+                    "gpu_count": count,
+                    "vcpus": vcpus * count,
+                    "memory_gb": ram * count,
+                    "disk_gb": 100 * count,
+                    "hourly_rate": per_gpu_hour * count,
+                    "off_peak_discount": Decimal("0.30"),
+                    "reserved_discount": Decimal("0.20") if count >= 4 else Decimal("0.15"),
+                },
+            )
+
+    for spec in IMAGES:
+        spec = dict(spec)
+        ImageTemplate.objects.update_or_create(slug=spec.pop("slug"), defaults=spec)
+
+    token = None
+    host = Host.objects.filter(name="local").first()
+    if host is None:
+        host, token = host_create(name="local", address="127.0.0.1", gpu_source=GPUSource.SIMULATED)
+    host_simulated_gpus_ensure(host=host, model=models["a10g"], count=8)
+    return SeedResult(host_token=token)

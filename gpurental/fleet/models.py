@@ -1,0 +1,79 @@
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.utils import timezone
+
+
+class HostStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    DRAINING = "draining", "Draining (no new placements)"
+    MAINTENANCE = "maintenance", "Maintenance"
+    OFFLINE = "offline", "Offline (heartbeat lost)"
+
+
+class GPUSource(models.TextChoices):
+    NVML = "nvml", "NVML (real NVIDIA GPUs)"
+    SIMULATED = "simulated", "Simulated"
+
+
+class Host(models.Model):
+    """A GPU server running the agent. It joins with a token (stored hashed)."""
+
+    name = models.SlugField(
+        max_length=63, unique=True, help_text="Also the agent's queue: host.<name>"
+    )
+    address = models.CharField(
+        max_length=255,
+        default="127.0.0.1",
+        help_text="Public address customers reach JupyterLab on",
+    )
+    status = models.CharField(max_length=16, choices=HostStatus.choices, default=HostStatus.ACTIVE)
+    gpu_source = models.CharField(
+        max_length=16, choices=GPUSource.choices, default=GPUSource.SIMULATED
+    )
+    runtime = models.CharField(
+        max_length=16, blank=True, help_text="docker or process, as the agent reports"
+    )
+    token_hash = models.CharField(max_length=64, editable=False)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=32, blank=True)
+    hf_cache_dir = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Host path of a shared Hugging Face cache, mounted read-only",
+    )
+    notes = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue(self) -> str:
+        return f"host.{self.name}"
+
+
+class GPU(models.Model):
+    """One physical (or simulated) GPU of a host."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    model = models.ForeignKey("catalog.GPUModel", on_delete=models.PROTECT, related_name="gpus")
+    memory_mb = models.PositiveIntegerField()
+    nvlink_peers = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True)
+    is_enabled = models.BooleanField(
+        default=True, help_text="Off: never placed (e.g. a faulty GPU)"
+    )
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_index_per_host"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}:{self.index} ({self.model.short_name})"

@@ -1,0 +1,197 @@
+import uuid
+
+from django.conf import settings
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class InstanceStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PROVISIONING = "provisioning", "Provisioning"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    TERMINATING = "terminating", "Terminating"
+    TERMINATED = "terminated", "Terminated"
+    FAILED = "failed", "Failed"
+    LOST = "lost", "Lost (host stopped heart-beating)"
+
+
+class Instance(models.Model):
+    """A customer's GPU container. Its life is the state machine in DESIGN.md."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="instances"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    plan = models.ForeignKey("catalog.Plan", on_delete=models.PROTECT, related_name="instances")
+    gpu_model = models.ForeignKey("catalog.GPUModel", on_delete=models.PROTECT, related_name="+")
+    gpu_count = models.PositiveSmallIntegerField()
+    image = models.ForeignKey(
+        "catalog.ImageTemplate", on_delete=models.PROTECT, related_name="instances"
+    )
+    host = models.ForeignKey(
+        "fleet.Host", null=True, blank=True, on_delete=models.PROTECT, related_name="instances"
+    )
+    reservation = models.ForeignKey(
+        "rentals.Reservation",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="instances",
+    )
+    status = models.CharField(
+        max_length=16, choices=InstanceStatus.choices, default=InstanceStatus.PENDING
+    )
+    status_reason = models.TextField(
+        blank=True, help_text="Why it failed or stopped, for the customer"
+    )
+    jupyter_token = models.CharField(max_length=64, blank=True, editable=False)
+    jupyter_port = models.PositiveIntegerField(null=True, blank=True)
+    container_id = models.CharField(max_length=80, blank=True)
+    mount_model_cache = models.BooleanField(default=False)
+    idle_stop_minutes = models.PositiveIntegerField(default=30, help_text="0 = never auto-stop")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    running_since = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the current billed run"
+    )
+    billed_until = models.DateTimeField(null=True, blank=True, help_text="Metered up to here")
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    terminated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpu_count__gte=1), name="instance_gpu_count_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(jupyter_port__isnull=True)
+                | (Q(jupyter_port__gte=1) & Q(jupyter_port__lte=65535)),
+                name="instance_jupyter_port_range",
+            ),
+        ]
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["user", "status"])]
+
+    def __str__(self) -> str:
+        return self.name or f"instance {str(self.id)[:8]}"
+
+
+class InstanceEvent(models.Model):
+    """Append-only history of an instance: state transitions and progress steps."""
+
+    class Kind(models.TextChoices):
+        TRANSITION = "transition", "Transition"
+        PROGRESS = "progress", "Progress"
+        NOTICE = "notice", "Notice"
+
+    instance = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="events")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRANSITION)
+    from_status = models.CharField(max_length=16, choices=InstanceStatus.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=InstanceStatus.choices, blank=True)
+    step = models.CharField(
+        max_length=32, blank=True, help_text="Progress step, e.g. pulling_image"
+    )
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        if self.kind == self.Kind.TRANSITION:
+            return f"{self.from_status or '∅'} → {self.to_status}"
+        return f"{self.kind}: {self.step or self.reason}"
+
+
+class ReservationStatus(models.TextChoices):
+    BOOKED = "booked", "Booked"
+    ACTIVE = "active", "Active"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Reservation(models.Model):
+    """N GPUs of a model booked for [start, end), paid at booking with the reserved discount."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="reservations"
+    )
+    plan = models.ForeignKey("catalog.Plan", on_delete=models.PROTECT, related_name="reservations")
+    gpu_model = models.ForeignKey("catalog.GPUModel", on_delete=models.PROTECT, related_name="+")
+    gpu_count = models.PositiveSmallIntegerField()
+    image = models.ForeignKey("catalog.ImageTemplate", on_delete=models.PROTECT, related_name="+")
+    period = DateTimeRangeField()
+    status = models.CharField(
+        max_length=16, choices=ReservationStatus.choices, default=ReservationStatus.BOOKED
+    )
+    price = models.DecimalField(max_digits=12, decimal_places=2)
+    created_at = models.DateTimeField(default=timezone.now)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpu_count__gte=1), name="reservation_gpu_count_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(price__gte=0), name="reservation_price_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(period__isempty=False)
+                & Q(period__lower_inf=False)
+                & Q(period__upper_inf=False),
+                name="reservation_period_bounded",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_count}× {self.gpu_model} {self.period.lower:%Y-%m-%d %H:%M}"
+
+
+class Allocation(models.Model):
+    """A GPU held by an instance or a reservation over a period.
+
+    The exclusion constraint makes double booking impossible: no two allocations of
+    one GPU may overlap. An on-demand instance holds [start, ∞) until it stops.
+    """
+
+    gpu = models.ForeignKey("fleet.GPU", on_delete=models.PROTECT, related_name="allocations")
+    instance = models.ForeignKey(
+        Instance, null=True, blank=True, on_delete=models.PROTECT, related_name="allocations"
+    )
+    reservation = models.ForeignKey(
+        Reservation, null=True, blank=True, on_delete=models.PROTECT, related_name="allocations"
+    )
+    period = DateTimeRangeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            ExclusionConstraint(
+                name="allocation_no_gpu_double_booking",
+                expressions=[("gpu", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
+            ),
+            models.CheckConstraint(
+                condition=Q(instance__isnull=False) | Q(reservation__isnull=False),
+                name="allocation_has_holder",
+            ),
+            models.CheckConstraint(
+                condition=Q(period__isempty=False) & Q(period__lower_inf=False),
+                name="allocation_period_starts",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} {self.period}"

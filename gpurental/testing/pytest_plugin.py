@@ -1,0 +1,52 @@
+"""pytest plugin: real PostgreSQL and Redis for the test run.
+
+When DATABASE_URL / REDIS_URL are unset, it starts embedded servers in a fresh
+temporary directory before Django's settings load, and stops them (and deletes the
+directory) at the end. With the variables set, the suite runs against those servers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_started: Path | None = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    # A wrapper runs before pytest-django's own hook, which loads the settings.
+    global _started
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
+        from gpurental import embedded
+
+        var_dir = Path(tempfile.mkdtemp(prefix="gpurental-test-"))
+        urls = embedded.ensure(var_dir)
+        _started = var_dir
+        for key, value in urls.items():
+            os.environ.setdefault(key, value)
+    return (yield)
+
+
+def pytest_unconfigure(config):
+    global _started
+    if _started is not None:
+        from gpurental import embedded
+
+        embedded.stop(_started)
+        shutil.rmtree(_started, ignore_errors=True)
+        _started = None
+
+
+def pytest_report_header(config):
+    db = os.environ.get("DATABASE_URL", "")
+    where = (
+        "embedded servers in a temp dir" if _started else "external servers from the environment"
+    )
+    return f"gpurental: PostgreSQL and Redis: {where} ({db.split('@')[-1]})"

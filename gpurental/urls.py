@@ -1,0 +1,15 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from gpurental.health import healthz
+
+admin.site.site_header = "gpurental back-office"
+admin.site.site_title = "gpurental"
+admin.site.index_title = "Plans, hosts, instances, billing"
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/", include("gpurental.api.urls")),
+    path("", include("gpurental.console.urls")),
+]

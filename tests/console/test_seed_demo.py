@@ -1,0 +1,47 @@
+from django.core.management import call_command
+
+from gpurental.accounts.models import User
+from gpurental.billing.models import LedgerEntry
+from gpurental.billing.selectors import balance_of
+from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.fleet.models import GPU, Host
+
+
+def _snapshot():
+    return {
+        model.__name__: sorted(model.objects.values_list("pk", flat=True))
+        for model in (User, GPUModel, Plan, ImageTemplate, Host, GPU, LedgerEntry)
+    }
+
+
+def test_seed_demo_twice_gives_the_same_rows(db, capsys):
+    call_command("seed_demo")
+    first = _snapshot()
+    call_command("seed_demo")
+    assert _snapshot() == first
+
+
+def test_seed_demo_creates_the_promised_demo(db):
+    call_command("seed_demo")
+    admin = User.objects.get(email="admin@example.com")
+    assert admin.is_staff and admin.is_superuser and admin.check_password("admin")
+    demo = User.objects.get(email="demo@example.com")
+    assert demo.check_password("demo") and not demo.is_staff
+    assert balance_of(user=demo) > 0
+    assert {"A10G", "A100", "H100"} <= set(GPUModel.objects.values_list("short_name", flat=True))
+    assert GPUModel.objects.get(short_name="A100").memory_gb == 80
+    for model in GPUModel.objects.all():
+        assert sorted(model.plans.values_list("gpu_count", flat=True)) == [1, 2, 4, 8]
+    assert ImageTemplate.objects.filter(image__contains="jupyter").exists()
+    local = Host.objects.get(name="local")
+    assert local.gpus.count() == 8
+    assert local.gpu_source == "simulated"
+
+
+def test_create_api_key_prints_the_key_as_last_line(db, capsys):
+    call_command("seed_demo")
+    call_command("create_api_key", "--user", "demo@example.com")
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    from gpurental.accounts.services import api_key_authenticate
+
+    assert api_key_authenticate(raw=last).user.email == "demo@example.com"

@@ -1,0 +1,94 @@
+"""Settings refuse production misconfiguration, loudly and by name."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpurental.settings import celery_url, database_from_url
+
+
+def _load_settings(**env):
+    base = {
+        k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "ALLOWED_HOSTS"}
+    }
+    base.update(env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; from django.conf import settings; settings.DATABASES",
+        ],
+        env={**base, "DJANGO_SETTINGS_MODULE": "gpurental.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_debug_off_without_secret_key_refuses_to_start():
+    result = _load_settings(DEBUG="0")
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set and DEBUG is off: refusing to start" in result.stderr
+
+
+def test_debug_off_with_short_secret_key_refuses_to_start():
+    result = _load_settings(DEBUG="0", SECRET_KEY="short")
+    assert result.returncode != 0
+    assert "SECRET_KEY is shorter than 32 characters" in result.stderr
+
+
+def test_debug_off_with_wildcard_allowed_hosts_refuses_to_start():
+    result = _load_settings(DEBUG="0", SECRET_KEY="x" * 50, ALLOWED_HOSTS="*")
+    assert result.returncode != 0
+    assert "ALLOWED_HOSTS contains '*'" in result.stderr
+
+
+def test_debug_value_that_is_not_a_boolean_is_named():
+    result = _load_settings(DEBUG="maybe")
+    assert result.returncode != 0
+    assert "DEBUG='maybe' is not a boolean" in result.stderr
+
+
+def test_debug_off_with_a_real_secret_key_starts():
+    result = _load_settings(DEBUG="0", SECRET_KEY="x" * 50)
+    assert result.returncode == 0, result.stderr
+
+
+def test_debug_on_without_secret_key_starts_for_development():
+    result = _load_settings(DEBUG="1")
+    assert result.returncode == 0, result.stderr
+
+
+def test_sqlite_database_url_is_refused():
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="PostgreSQL is the only database"):
+        database_from_url("sqlite:///db.sqlite3")
+
+
+def test_database_url_with_socket_directory():
+    db = database_from_url("postgresql://postgres:@/gpurental?host=/tmp/pg")
+    assert (db["NAME"], db["USER"], db["HOST"], db["PORT"]) == (
+        "gpurental",
+        "postgres",
+        "/tmp/pg",
+        "",
+    )
+
+
+def test_database_url_with_tcp_host_and_password():
+    db = database_from_url("postgres://app:s%40cret@db.internal:6543/rentals")
+    assert (db["NAME"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"]) == (
+        "rentals",
+        "app",
+        "s@cret",
+        "db.internal",
+        "6543",
+    )
+
+
+def test_unix_socket_redis_url_becomes_kombu_socket_url():
+    assert celery_url("unix:///var/redis.sock") == "redis+socket:///var/redis.sock"
+    assert celery_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
