@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test lint format images lock migrate clean-var
+.PHONY: install demo test lint format images docker-engine lock migrate clean-var
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -48,7 +48,17 @@ migrate: install
 lock:
 	rm -rf /tmp/gpurental-lock && $(PYTHON) -m venv /tmp/gpurental-lock
 	/tmp/gpurental-lock/bin/pip install --quiet ".[dev]"
-	/tmp/gpurental-lock/bin/pip freeze --exclude gpurental | sort -f > requirements.lock
+	{ echo '# Exact versions for reproducible installs; regenerate with `make lock`.'; \
+	  /tmp/gpurental-lock/bin/pip freeze --exclude gpurental | sort -f; } > requirements.lock
+
+# Instance images, built from local parts (no registry): see images/README.md. Needs root once
+# (debootstrap); cached afterwards.
+images:
+	images/build.sh
+
+# A Docker Engine on this machine (Debian's docker.io), for development and CI.
+docker-engine:
+	scripts/docker-engine.sh
 
 clean-var:
 	$(BIN)/python -m gpurental.embedded down || true

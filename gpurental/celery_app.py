@@ -14,4 +14,10 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 # Every periodic job is declared here, in one place.
-app.conf.beat_schedule = {}
+app.conf.beat_schedule = {
+    "reconcile-fleet": {
+        "task": "gpurental.rentals.tasks.reconcile",
+        "schedule": float(os.environ.get("RECONCILE_INTERVAL", "10")),
+        "options": {"queue": "control", "expires": 30},
+    },
+}

@@ -1,6 +1,8 @@
 import pytest
+from django.utils import timezone
 
-from tests.factories import UserFactory
+from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
+from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory, UserFactory
 
 
 @pytest.fixture
@@ -18,3 +20,47 @@ def carol(db):
     return UserFactory(
         email="carol@example.com", full_name="Carol Staff", is_staff=True, is_superuser=True
     )
+
+
+@pytest.fixture
+def a100(db):
+    model = GPUModelFactory(nvml_names=["NVIDIA A100-SXM4-80GB"])
+    for count in (1, 2, 4, 8):
+        PlanFactory(gpu_model=model, gpu_count=count, slug=f"a100-x{count}")
+    return model
+
+
+@pytest.fixture
+def image(db):
+    return ImageTemplateFactory()
+
+
+@pytest.fixture
+def make_host(db):
+    """A host with a fresh heartbeat and ``count`` simulated GPUs of ``model``."""
+
+    def make(name, model, count=8, **fields):
+        host, token = host_create(name=name)
+        host_simulated_gpus_ensure(host=host, model=model, count=count)
+        host.last_heartbeat_at = fields.pop("last_heartbeat_at", timezone.now())
+        for key, value in fields.items():
+            setattr(host, key, value)
+        host.save()
+        host.token = token
+        return host
+
+    return make
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every command the control plane sends to a host agent (the broker is not needed here)."""
+    from gpurental.rentals import hostcalls
+
+    messages = []
+
+    def record(name, kwargs=None, queue=None, **options):
+        messages.append({"task": name.rsplit(".", 1)[-1], "queue": queue, **(kwargs or {})})
+
+    monkeypatch.setattr(hostcalls.app, "send_task", record)
+    return messages

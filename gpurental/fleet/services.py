@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 
-from gpurental.accounts.models import User
+from gpurental.accounts.models import AuditEvent, User
 from gpurental.accounts.services import audit_record
 from gpurental.catalog.models import GPUModel
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
+
+log = logging.getLogger(__name__)
 
 
 def _hash_token(token: str) -> str:
@@ -94,3 +98,111 @@ def host_simulated_gpus_ensure(*, host: Host, model: GPUModel, count: int) -> li
         )
         gpus.append(gpu)
     return gpus
+
+
+class HeartbeatRefused(Exception):
+    pass
+
+
+def _refuse_heartbeat(*, name: str, why: str, now: datetime) -> None:
+    # A misconfigured agent beats every few seconds: record it once a minute, not 720 times an hour.
+    recent = AuditEvent.objects.filter(
+        action="host.heartbeat_refused",
+        object_repr=name[:200],
+        created_at__gte=now - timedelta(minutes=1),
+    )
+    if not recent.exists():
+        AuditEvent.objects.create(
+            action="host.heartbeat_refused",
+            object_type="fleet.host",
+            object_repr=name[:200],
+            changes={"why": why},
+        )
+    raise HeartbeatRefused(f"heartbeat from {name!r} refused: {why}")
+
+
+def _gpu_models_by_nvml_name() -> dict[str, GPUModel]:
+    mapping = {}
+    for model in GPUModel.objects.all():
+        for nvml_name in model.nvml_names or []:
+            mapping[nvml_name] = model
+    return mapping
+
+
+def host_inventory_sync(*, host: Host, inventory: list[dict]) -> None:
+    """Make the host's GPU rows match what the agent reports (only what changed is written)."""
+    models = _gpu_models_by_nvml_name()
+    existing = {gpu.index: gpu for gpu in host.gpus.all()}
+    seen = set()
+    for item in inventory:
+        model = models.get(item["name"])
+        if model is None:
+            log.warning(
+                "host %s reports unknown GPU model %r: add it to a GPU model's NVML names",
+                host.name,
+                item["name"],
+            )
+            continue
+        seen.add(item["index"])
+        wanted = {
+            "uuid": item["uuid"],
+            "model": model,
+            "memory_mb": item["memory_mb"],
+            "nvlink_peers": list(item.get("nvlink_peers") or []),
+        }
+        gpu = existing.get(item["index"])
+        if gpu is None:
+            GPU.objects.create(host=host, index=item["index"], **wanted)
+        elif any(getattr(gpu, k) != v for k, v in wanted.items()):
+            for key, value in wanted.items():
+                setattr(gpu, key, value)
+            gpu.save(update_fields=list(wanted))
+    gone = [index for index, gpu in existing.items() if index not in seen and gpu.is_enabled]
+    if gone and inventory:
+        GPU.objects.filter(host=host, index__in=gone).update(is_enabled=False)
+        audit_record(action="host.gpus_missing", obj=host, changes={"indices": gone})
+
+
+def host_heartbeat_record(
+    *,
+    name: str,
+    token: str,
+    inventory: list[dict],
+    containers: dict[str, str],
+    runtime: str,
+    gpu_source: str,
+    agent_version: str,
+    sent_at: float | None,
+    now: datetime,
+) -> Host:
+    """Record a heartbeat: refuse a wrong token; sync GPUs; reconcile the host's containers."""
+    from gpurental.rentals.services.reconcile import host_containers_reconcile
+
+    host = Host.objects.filter(name=name).first()
+    if host is None:
+        _refuse_heartbeat(name=name, why="no host of that name", now=now)
+    if not host_token_matches(host=host, token=token):
+        _refuse_heartbeat(name=name, why="wrong token", now=now)
+    observed_at = datetime.fromtimestamp(sent_at, tz=UTC) if sent_at else now
+    with transaction.atomic():
+        host = Host.objects.select_for_update().get(pk=host.pk)
+        if host.last_heartbeat_at and observed_at < host.last_heartbeat_at:
+            return host  # an older beat overtaken by a newer one: nothing to learn
+        fields = {
+            "last_heartbeat_at": min(observed_at, now),
+            "runtime": runtime[:16],
+            "agent_version": agent_version[:32],
+        }
+        if gpu_source in GPUSource.values:
+            fields["gpu_source"] = gpu_source
+        if host.status == HostStatus.OFFLINE:
+            fields["status"] = HostStatus.ACTIVE
+            audit_record(action="host.online", obj=host)
+        for key, value in fields.items():
+            setattr(host, key, value)
+        host.save(update_fields=list(fields))
+        host_inventory_sync(host=host, inventory=inventory)
+        host_containers_reconcile(
+            host=host, containers=containers, observed_at=observed_at, now=now
+        )
+    return host

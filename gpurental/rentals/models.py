@@ -50,6 +50,7 @@ class Instance(models.Model):
     status_reason = models.TextField(
         blank=True, help_text="Why it failed or stopped, for the customer"
     )
+    status_changed_at = models.DateTimeField(default=timezone.now)
     jupyter_token = models.CharField(max_length=64, blank=True, editable=False)
     jupyter_port = models.PositiveIntegerField(null=True, blank=True)
     container_id = models.CharField(max_length=80, blank=True)

@@ -1,0 +1,126 @@
+"""python -m gpurental.agent [--env-file FILE]: the host agent (worker + heartbeat)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from gpurental.agent.config import AgentConfig, ConfigError, read_env_file
+from gpurental.agent.gpus import NvmlUnavailable, make_source
+from gpurental.agent.host import HeartbeatThread, HostAgent
+from gpurental.agent.reporter import ControlReporter
+from gpurental.agent.runtimes import docker_problem, make_runtime
+from gpurental.agent.worker import make_app, set_agent
+
+log = logging.getLogger("gpurental.agent")
+
+
+def choose_source(config: AgentConfig):
+    if config.gpu_source in {"auto", "nvml"}:
+        try:
+            return make_source("nvml", host_name=config.host_name), "NVML"
+        except (NvmlUnavailable, ImportError, OSError) as exc:
+            if config.gpu_source == "nvml":
+                raise ConfigError(f"GPURENTAL_GPU_SOURCE=nvml but {exc}") from exc
+            why = f"simulated GPUs ({exc})"
+    else:
+        why = "simulated GPUs (GPURENTAL_GPU_SOURCE=simulated)"
+    source = make_source(
+        "simulated",
+        host_name=config.host_name,
+        simulated_model=config.simulated_model,
+        simulated_count=config.simulated_gpus,
+    )
+    return source, f"{config.simulated_gpus}× {config.simulated_model}, {why}"
+
+
+def choose_runtime(config: AgentConfig):
+    process_kwargs = {
+        "base_dir": os.path.abspath(config.work_dir),
+        "ready_timeout_s": config.ready_timeout,
+    }
+    docker_kwargs = {"allow_pull": config.allow_pull, "ready_timeout_s": config.ready_timeout}
+    if config.runtime == "process":
+        return make_runtime("process", **process_kwargs), "process (GPURENTAL_RUNTIME=process)"
+    problem = docker_problem()
+    if config.runtime == "docker":
+        if problem:
+            raise ConfigError(f"GPURENTAL_RUNTIME=docker but {problem}")
+        return make_runtime("docker", **docker_kwargs), "docker"
+    if problem:
+        return make_runtime("process", **process_kwargs), f"process, because {problem}"
+    runtime = make_runtime("docker", **docker_kwargs)
+    try:
+        runtime.client.images.get(config.check_image)
+    except Exception:  # noqa: BLE001 - any lookup failure means "not usable"
+        return (
+            make_runtime("process", **process_kwargs),
+            f"process, because image {config.check_image} is missing (run `make images` to use Docker)",
+        )
+    return runtime, "docker"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpurental.agent", description=__doc__)
+    parser.add_argument("--env-file", help="KEY=VALUE file with the join settings")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("LOG_LEVEL", "INFO"),
+        format="%(asctime)s agent %(levelname)s %(message)s",
+    )
+    env = dict(os.environ)
+    if args.env_file:
+        env = {
+            **read_env_file(args.env_file),
+            **{k: v for k, v in env.items() if k.startswith("GPURENTAL_")},
+        }
+    try:
+        config = AgentConfig.from_env(env)
+        source, source_why = choose_source(config)
+        runtime, runtime_why = choose_runtime(config)
+    except ConfigError as exc:
+        print(f"gpurental agent: {exc}", file=sys.stderr)
+        return 2
+    app = make_app(config)
+    reporter = ControlReporter(app, host_name=config.host_name, token=config.token)
+    agent = HostAgent(
+        runtime=runtime, source=source, reporter=reporter, bind_address=config.bind_address
+    )
+    set_agent(agent)
+    print(
+        f"gpurental agent '{config.host_name}': queue {config.queue}\n"
+        f"  GPUs:    {source_why}\n"
+        f"  runtime: {runtime_why}\n"
+        f"  JupyterLab ports published on {config.bind_address}",
+        flush=True,
+    )
+    heartbeat = HeartbeatThread(agent, config.heartbeat_interval)
+    heartbeat.start()
+    try:
+        app.worker_main(
+            [
+                "worker",
+                "--queues",
+                config.queue,
+                "--hostname",
+                f"agent-{config.host_name}@%h",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(config.concurrency),
+                "--loglevel",
+                os.environ.get("LOG_LEVEL", "INFO"),
+                "--without-gossip",
+                "--without-mingle",
+            ]
+        )
+    finally:
+        heartbeat.stopped.set()
+        source.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The agent's configuration: only the broker, its name and its token are required.
+
+The agent never gets database credentials; everything else has a default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def read_env_file(path: str | os.PathLike) -> dict[str, str]:
+    values = {}
+    for raw in Path(path).read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    broker_url: str
+    host_name: str
+    token: str
+    gpu_source: str = "auto"  # auto | nvml | simulated
+    simulated_gpus: int = 8
+    simulated_model: str = "NVIDIA A10G"
+    runtime: str = "auto"  # auto | docker | process
+    bind_address: str = "127.0.0.1"
+    work_dir: str = "var/agent"
+    heartbeat_interval: float = 5.0
+    ready_timeout: float = 120.0
+    concurrency: int = 4
+    allow_pull: bool = False
+    check_image: str = "gpurental/jupyter-cpu:latest"
+
+    @property
+    def queue(self) -> str:
+        return f"host.{self.host_name}"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
+        env = dict(os.environ if env is None else env)
+        missing = [
+            k
+            for k in ("GPURENTAL_BROKER_URL", "GPURENTAL_HOST_NAME", "GPURENTAL_HOST_TOKEN")
+            if not env.get(k)
+        ]
+        if missing:
+            raise ConfigError(
+                f"{', '.join(missing)} not set: copy the host's join command from the back-office "
+                "(Fleet → Hosts), it sets all three"
+            )
+        count = env.get("GPURENTAL_SIMULATED_GPUS", "8")
+        if not count.isdigit() or int(count) < 1:
+            raise ConfigError(
+                f"GPURENTAL_SIMULATED_GPUS={count!r}: must be a whole number of at least 1"
+            )
+        for key, allowed in (
+            ("GPURENTAL_GPU_SOURCE", {"auto", "nvml", "simulated"}),
+            ("GPURENTAL_RUNTIME", {"auto", "docker", "process"}),
+        ):
+            if env.get(key, "auto") not in allowed:
+                raise ConfigError(f"{key}={env[key]!r}: use one of {', '.join(sorted(allowed))}")
+        name = env["GPURENTAL_HOST_NAME"]
+        return cls(
+            broker_url=env["GPURENTAL_BROKER_URL"],
+            host_name=name,
+            token=env["GPURENTAL_HOST_TOKEN"],
+            gpu_source=env.get("GPURENTAL_GPU_SOURCE", "auto"),
+            simulated_gpus=int(count),
+            simulated_model=env.get("GPURENTAL_SIMULATED_MODEL", "NVIDIA A10G"),
+            runtime=env.get("GPURENTAL_RUNTIME", "auto"),
+            bind_address=env.get("GPURENTAL_BIND_ADDRESS", "127.0.0.1"),
+            work_dir=env.get("GPURENTAL_AGENT_DIR", f"var/agent-{name}"),
+            heartbeat_interval=float(env.get("GPURENTAL_HEARTBEAT_INTERVAL", "5")),
+            ready_timeout=float(env.get("GPURENTAL_READY_TIMEOUT", "120")),
+            concurrency=int(env.get("GPURENTAL_CONCURRENCY", "4")),
+            allow_pull=env.get("GPURENTAL_ALLOW_PULL", "0") in {"1", "true", "yes"},
+            check_image=env.get("GPURENTAL_IMAGE", "gpurental/jupyter-cpu:latest"),
+        )

@@ -1,0 +1,148 @@
+"""The agent's work on its host: start, stop, restart and remove instances; heartbeats.
+
+Called by the Celery tasks in ``worker.py`` with plain dictionaries from the control
+plane; reports outcomes back through the ``ControlReporter``. Every operation is
+idempotent: a repeated message finds the work done and reports it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from gpurental import __version__
+from gpurental.agent.gpus import GpuSource
+from gpurental.agent.reporter import ControlReporter
+from gpurental.agent.runtimes import ContainerRuntimeError, ContainerSpec, Runtime
+
+log = logging.getLogger(__name__)
+
+# Runtime progress lines → the steps the console shows.
+_STEPS = (
+    ("pulling", "pulling_image"),
+    ("creating", "creating"),
+    ("replacing", "creating"),
+    ("starting", "starting"),
+    ("waiting for jupyterlab", "waiting_for_jupyter"),
+)
+
+
+def step_of(message: str) -> str:
+    lowered = message.lower()
+    for prefix, step in _STEPS:
+        if lowered.startswith(prefix):
+            return step
+    return "info"
+
+
+class HostAgent:
+    def __init__(
+        self, *, runtime: Runtime, source: GpuSource, reporter: ControlReporter, bind_address: str
+    ):
+        self.runtime = runtime
+        self.source = source
+        self.reporter = reporter
+        self.bind_address = bind_address
+        self._inventory: list[dict] | None = None
+
+    # --- instance operations ------------------------------------------------
+
+    def _progress(self, instance_id: str):
+        def progress(message: str) -> None:
+            self.reporter.report(instance_id, "progress", step=step_of(message), message=message)
+
+        return progress
+
+    def _spec(self, spec: dict) -> ContainerSpec:
+        data = dict(spec)
+        for key in ("gpu_indices", "gpu_uuids", "command"):
+            data[key] = tuple(data.get(key) or ())
+        data["bind_address"] = self.bind_address
+        return ContainerSpec(**data)
+
+    def start(self, spec: dict) -> None:
+        instance_id = spec["instance_id"]
+        progress = self._progress(instance_id)
+        try:
+            container_spec = self._spec(spec)
+            progress(f"pulling image {container_spec.image} if needed")
+            self.runtime.ensure_image(container_spec.image, progress)
+            started = self.runtime.start(container_spec, progress)
+        except (ContainerRuntimeError, ValueError) as exc:
+            self.reporter.report(instance_id, "failed", reason=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - report, never leave the launch hanging
+            log.exception("start of %s failed", instance_id)
+            self._quietly(self.runtime.stop, instance_id)
+            self.reporter.report(
+                instance_id,
+                "failed",
+                reason=f"the host agent failed: {exc.__class__.__name__}: {exc}",
+            )
+            return
+        self.reporter.report(
+            instance_id,
+            "running",
+            port=started.port,
+            host=started.host,
+            container_id=started.container_id,
+        )
+
+    def restart(self, spec: dict) -> None:
+        self._quietly(self.runtime.stop, spec["instance_id"])
+        self.start(spec)
+
+    def stop(self, instance_id: str) -> None:
+        try:
+            self.runtime.stop(instance_id)
+        except ContainerRuntimeError as exc:
+            self.reporter.report(instance_id, "error", action="stop", reason=str(exc))
+            raise
+        self.reporter.report(instance_id, "stopped")
+
+    def remove(self, instance_id: str) -> None:
+        try:
+            self.runtime.remove(instance_id)
+        except ContainerRuntimeError as exc:
+            self.reporter.report(instance_id, "error", action="remove", reason=str(exc))
+            raise
+        self.reporter.report(instance_id, "removed")
+
+    @staticmethod
+    def _quietly(fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - best-effort cleanup; the next heartbeat tells the truth
+            log.exception("cleanup %s%s failed", getattr(fn, "__name__", fn), args)
+
+    # --- heartbeat ----------------------------------------------------------
+
+    def inventory(self, refresh: bool = False) -> list[dict]:
+        if self._inventory is None or refresh:
+            self._inventory = [gpu.as_dict() for gpu in self.source.inventory()]
+        return self._inventory
+
+    def heartbeat(self) -> None:
+        self.reporter.heartbeat(
+            inventory=self.inventory(),
+            containers=self.runtime.list_instances(),
+            runtime=self.runtime.name,
+            gpu_source=self.source.kind,
+            agent_version=__version__,
+        )
+
+
+class HeartbeatThread(threading.Thread):
+    def __init__(self, agent: HostAgent, interval: float):
+        super().__init__(name="heartbeat", daemon=True)
+        self.agent = agent
+        self.interval = interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.agent.heartbeat()
+            except Exception:  # noqa: BLE001 - a missed beat is retried next tick
+                log.exception("heartbeat failed")
+            self.stopped.wait(self.interval)

@@ -1,0 +1,203 @@
+"""Container runtimes: how the agent runs one instance's JupyterLab on its host.
+
+One small interface, one adapter per runtime:
+
+- ``DockerRuntime`` (``runtimes/docker.py``): one hardened container per instance
+  on the local Docker Engine, ``/workspace`` on a named volume. The real thing.
+- ``ProcessRuntime`` (``runtimes/process.py``): JupyterLab as a local subprocess,
+  for machines without Docker (a first ``make demo`` on a laptop). No isolation
+  and no resource limits: for demos and development only.
+
+``Runtime`` (what the agent's host tasks call)::
+
+    name                              "docker" or "process"
+    ensure_image(image, progress)     the image is on this host, or ImageNotFound
+    start(spec, progress) -> Started  create and start the instance and return once
+                                      JupyterLab answers with the token (and refuses
+                                      without it). Repeating it is harmless.
+    stop(instance_id)                 the container or process goes; /workspace stays
+    remove(instance_id)               container or process and /workspace go
+    list_instances() -> {id: state}   Docker's states ("running", "exited", …), plus
+                                      "stopped" for a workspace with nothing running
+    logs_tail(instance_id, lines)     the last lines of the instance's output
+
+Every method takes plain values and returns plain values: this package imports no
+Django, and the agent gets everything it needs in the task message. Errors are
+``ContainerRuntimeError`` subclasses whose message says what to do about them.
+``progress`` receives short human-readable lines for the instance's event log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+Progress = Callable[[str], None]
+
+GPU_SOURCES = ("nvml", "simulated")
+LABEL_INSTANCE = "gpurental.instance"
+LABEL_MANAGED = "gpurental.managed"
+LABEL_SPEC = "gpurental.spec"
+
+# Address to probe when JupyterLab listens on every address.
+_WILDCARD_ADDRESSES = {"0.0.0.0", "::", ""}  # noqa: S104 (a comparison, not a bind)
+
+
+class ContainerRuntimeError(Exception):
+    """A runtime problem; ``str(error)`` is meant for the user or operator."""
+
+
+class ImageNotFound(ContainerRuntimeError):
+    """The instance's image is not on this host (and may not be pulled)."""
+
+
+class RuntimeFailure(ContainerRuntimeError):
+    """The instance could not be started, or died while starting."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything needed to run one instance, as sent by the control plane."""
+
+    instance_id: str  # uuid string; also names the container, volume and directory
+    image: str  # e.g. "gpurental/jupyter-cpu:latest"
+    token: str  # JupyterLab token
+    gpu_indices: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    gpu_source: str  # "nvml" or "simulated"
+    cpu_count: float
+    memory_mb: int
+    pids_limit: int = 512
+    bind_address: str = "127.0.0.1"  # address the Jupyter port is published on
+    container_port: int = 8888
+    env: dict[str, str] = field(default_factory=dict)
+    hf_cache_dir: str | None = None  # host path, mounted read-only at /models/huggingface
+    # Overrides the image's command (an ImageTemplate may set one); () keeps it.
+    command: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_instance_id(self.instance_id)
+        if self.gpu_source not in GPU_SOURCES:
+            raise ValueError(f"gpu_source must be one of {GPU_SOURCES}, not {self.gpu_source!r}")
+        if self.gpu_source == "nvml" and len(self.gpu_uuids) != len(self.gpu_indices):
+            raise ValueError("an nvml spec needs one GPU uuid per GPU index")
+        if not self.token:
+            raise ValueError("token must not be empty: JupyterLab would be open to anyone")
+        if self.cpu_count <= 0 or self.memory_mb <= 0 or self.pids_limit <= 0:
+            raise ValueError("cpu_count, memory_mb and pids_limit must be positive")
+
+    def fingerprint(self) -> str:
+        """A short hash of the whole spec, to tell whether a running instance matches it."""
+        data = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Started:
+    container_id: str  # Docker container id, or "pid:<n>" for the process runtime
+    host: str  # the address JupyterLab is published on
+    port: int
+
+
+class Runtime(Protocol):
+    name: str
+
+    def ensure_image(self, image: str, progress: Progress) -> None: ...
+
+    def start(self, spec: ContainerSpec, progress: Progress) -> Started: ...
+
+    def stop(self, instance_id: str) -> None: ...
+
+    def remove(self, instance_id: str) -> None: ...
+
+    def list_instances(self) -> dict[str, str]: ...
+
+    def logs_tail(self, instance_id: str, lines: int = 30) -> str: ...
+
+
+def check_instance_id(instance_id: str) -> str:
+    """Accept only canonical UUIDs: ids end up in container names and file paths."""
+    try:
+        canonical = str(uuid.UUID(instance_id))
+    except (ValueError, TypeError, AttributeError):
+        canonical = None
+    if canonical != instance_id:
+        raise ValueError(f"instance_id must be a lowercase UUID string, not {instance_id!r}")
+    return instance_id
+
+
+def ignore_progress(_message: str) -> None:
+    """A ``progress`` callback for callers that do not report progress."""
+
+
+def probe_host(bind_address: str) -> str:
+    return "127.0.0.1" if bind_address in _WILDCARD_ADDRESSES else bind_address
+
+
+def http_status(
+    host: str, port: int, path: str, token: str | None, timeout_s: float = 2.0
+) -> int | None:
+    """GET a URL and return the HTTP status, or None when nothing answers.
+
+    http.client rather than urllib or requests: those honour HTTP(S)_PROXY, and a
+    proxy configured on a GPU host must not see (or break) probes of local ports.
+    The token travels in the Authorization header, so it stays out of access logs.
+    """
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    headers = {"Authorization": f"token {token}"} if token else {}
+    try:
+        conn.request("GET", path, headers=headers)
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def wait_for_jupyter(
+    host: str,
+    port: int,
+    token: str,
+    timeout_s: float,
+    progress: Progress,
+    check_alive: Callable[[], None] | None = None,
+) -> float:
+    """Poll ``/api/status`` until JupyterLab answers 200 with the token.
+
+    Then make sure it answers 401/403 without the token, so an instance is never
+    handed out open to anyone. ``check_alive`` raises RuntimeFailure when the
+    container or process has died, so a crash is reported at once instead of after
+    the whole timeout. Returns the seconds waited.
+    """
+    host = probe_host(host)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last: int | None = None
+    while True:
+        if check_alive is not None:
+            check_alive()
+        last = http_status(host, port, "/api/status", token)
+        if last == 200:
+            break
+        if time.monotonic() > deadline:
+            seen = "nothing answered" if last is None else f"last answer: HTTP {last}"
+            raise RuntimeFailure(
+                f"JupyterLab did not become ready on {host}:{port} within {timeout_s:.0f} s "
+                f"({seen}); see the instance logs"
+            )
+        time.sleep(0.2)
+    anonymous = http_status(host, port, "/api/status", None)
+    if anonymous not in (401, 403):
+        raise RuntimeFailure(
+            f"JupyterLab on {host}:{port} answered HTTP {anonymous} without the token; "
+            "refusing to hand out an unprotected instance (check the image's token settings)"
+        )
+    waited = time.monotonic() - started
+    progress(f"JupyterLab ready in {waited:.1f} s")
+    return waited

@@ -1,0 +1,308 @@
+"""DockerRuntime: one hardened container per instance on the local Docker Engine.
+
+Names: container ``gpurental-<instance_id>``, volume ``gpurental-ws-<instance_id>``
+mounted at /workspace. Both carry the labels ``gpurental.instance=<id>`` and
+``gpurental.managed=true`` so that reconciliation finds everything the platform
+created, orphans included.
+
+Hardening follows DESIGN.md: no privileges, no Docker socket, no-new-privileges,
+every capability dropped, CPU/memory/pids limits from the plan, JupyterLab's port
+published only on the spec's bind address, GPUs only by DeviceRequest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.models.containers import Container
+from docker.types import DeviceRequest, Mount
+
+from .base import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_SPEC,
+    ContainerSpec,
+    ImageNotFound,
+    Progress,
+    RuntimeFailure,
+    Started,
+    check_instance_id,
+    wait_for_jupyter,
+)
+
+WORKSPACE = "/workspace"
+HF_CACHE_MOUNT = "/models/huggingface"
+_GONE_STATES = ("exited", "dead")
+_NO_GPU_DRIVER = "could not select device driver"
+
+
+def container_name(instance_id: str) -> str:
+    return f"gpurental-{check_instance_id(instance_id)}"
+
+
+def volume_name(instance_id: str) -> str:
+    return f"gpurental-ws-{check_instance_id(instance_id)}"
+
+
+def instance_labels(instance_id: str) -> dict[str, str]:
+    return {LABEL_INSTANCE: instance_id, LABEL_MANAGED: "true"}
+
+
+def container_environment(spec: ContainerSpec) -> dict[str, str]:
+    env = dict(spec.env)
+    if spec.hf_cache_dir:
+        env["HF_HOME"] = HF_CACHE_MOUNT
+    # Set last so that a template's env can never override them.
+    env["JUPYTER_TOKEN"] = spec.token
+    if spec.gpu_source == "nvml":
+        # CUDA images set NVIDIA_VISIBLE_DEVICES=all; on a host whose default
+        # runtime is nvidia that would expose every GPU, so always name them
+        # (or none at all) explicitly.
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(spec.gpu_uuids) or "void"
+    else:
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices) or "void"
+    return env
+
+
+def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """Arguments for ``containers.create``: the whole hardening policy in one place."""
+    mounts = [Mount(WORKSPACE, volume_name(spec.instance_id), type="volume")]
+    if spec.hf_cache_dir:
+        mounts.append(Mount(HF_CACHE_MOUNT, spec.hf_cache_dir, type="bind", read_only=True))
+    device_requests = []
+    if spec.gpu_source == "nvml" and spec.gpu_uuids:
+        device_requests.append(
+            DeviceRequest(device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]])
+        )
+    return {
+        "image": spec.image,
+        "command": list(spec.command) or None,
+        "name": container_name(spec.instance_id),
+        "hostname": f"gpurental-{spec.instance_id[:8]}",
+        "labels": {**instance_labels(spec.instance_id), LABEL_SPEC: spec.fingerprint()},
+        "environment": container_environment(spec),
+        "ports": {f"{spec.container_port}/tcp": (spec.bind_address,)},  # host port: any free
+        "mounts": mounts,
+        "nano_cpus": int(spec.cpu_count * 1_000_000_000),
+        "mem_limit": f"{spec.memory_mb}m",
+        "pids_limit": spec.pids_limit,
+        "security_opt": ["no-new-privileges:true"],
+        "cap_drop": ["ALL"],
+        "privileged": False,
+        "device_requests": device_requests,
+    }
+
+
+@contextlib.contextmanager
+def _engine_errors(action: str) -> Iterator[None]:
+    """Turn docker SDK errors into RuntimeFailure with a message people can act on."""
+    try:
+        yield
+    except docker.errors.APIError as exc:
+        raise RuntimeFailure(
+            f"Docker Engine refused to {action}: {exc.explanation or exc}"
+        ) from exc
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        raise RuntimeFailure(
+            f"no Docker Engine answers on this host while trying to {action} ({exc}); "
+            "start it (scripts/docker-engine.sh on a development machine)"
+        ) from exc
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(
+        self,
+        *,
+        client: docker.DockerClient | None = None,
+        allow_pull: bool = False,
+        ready_timeout_s: float = 120.0,
+        stop_timeout_s: int = 10,
+    ) -> None:
+        if client is None:
+            with _engine_errors("connect"):
+                client = docker.from_env()
+        self.client = client
+        self.allow_pull = allow_pull
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+
+    # --- images -----------------------------------------------------------
+
+    def ensure_image(self, image: str, progress: Progress) -> None:
+        with _engine_errors(f"look up image {image}"):
+            try:
+                self.client.images.get(image)
+                return
+            except docker.errors.ImageNotFound:
+                pass
+        if not self.allow_pull:
+            # Many GPU sites cannot reach a registry (DESIGN.md): never try by default.
+            raise ImageNotFound(
+                f"image {image} is not on this host and pulling is off; "
+                "build it with `make images` (or `docker load` it), then start again"
+            )
+        progress(f"pulling {image} (can take minutes)")
+        with _engine_errors(f"pull image {image}"):
+            try:
+                self.client.images.pull(image)
+            except docker.errors.NotFound as exc:
+                raise ImageNotFound(
+                    f"image {image} is neither on this host nor in its registry"
+                ) from exc
+
+    # --- lifecycle ----------------------------------------------------------
+
+    def start(self, spec: ContainerSpec, progress: Progress) -> Started:
+        self.ensure_image(spec.image, progress)
+        container = self._find(spec.instance_id)
+        if container is not None and not self._matches(container, spec):
+            # The control plane's spec is authoritative: a stopped leftover, or a
+            # container made for other GPUs or another token, must not be reused.
+            progress("replacing an outdated container (the workspace is kept)")
+            self._remove_container(container)
+            container = None
+        if container is None:
+            container = self._create_and_start(spec, progress)
+        try:
+            started = self._published(container, spec)
+            progress(f"waiting for JupyterLab on {started.host}:{started.port}")
+            wait_for_jupyter(
+                started.host,
+                started.port,
+                spec.token,
+                self.ready_timeout_s,
+                progress,
+                check_alive=lambda: self._check_running(container, spec),
+            )
+        except RuntimeFailure:
+            # Leave no half-started container behind; the workspace volume stays,
+            # it may hold the user's files from earlier runs.
+            self._remove_container(container)
+            raise
+        return started
+
+    def stop(self, instance_id: str) -> None:
+        container = self._find(instance_id)
+        if container is not None:
+            self._remove_container(container)
+
+    def remove(self, instance_id: str) -> None:
+        self.stop(instance_id)
+        action = f"remove the workspace volume of instance {instance_id}"
+        with _engine_errors(action), contextlib.suppress(docker.errors.NotFound):
+            self.client.volumes.get(volume_name(instance_id)).remove()
+
+    def list_instances(self) -> dict[str, str]:
+        managed = {"label": [f"{LABEL_MANAGED}=true"]}
+        with _engine_errors("list instances"):
+            containers = self.client.containers.list(all=True, filters=managed)
+            volumes = self.client.volumes.list(filters=managed)
+        states = {(vol.attrs.get("Labels") or {}).get(LABEL_INSTANCE): "stopped" for vol in volumes}
+        states.update({c.labels.get(LABEL_INSTANCE): c.status for c in containers})
+        states.pop(None, None)
+        return states
+
+    def logs_tail(self, instance_id: str, lines: int = 30) -> str:
+        container = self._find(instance_id)
+        if container is None:
+            return ""
+        return self._logs(container, lines)
+
+    # --- helpers ------------------------------------------------------------
+
+    def _find(self, instance_id: str) -> Container | None:
+        with _engine_errors(f"look up the container of instance {instance_id}"):
+            try:
+                return self.client.containers.get(container_name(instance_id))
+            except docker.errors.NotFound:
+                return None
+
+    @staticmethod
+    def _matches(container: Container, spec: ContainerSpec) -> bool:
+        return (
+            container.status == "running" and container.labels.get(LABEL_SPEC) == spec.fingerprint()
+        )
+
+    def _ensure_volume(self, instance_id: str) -> None:
+        name = volume_name(instance_id)
+        with _engine_errors(f"create volume {name}"):
+            try:
+                self.client.volumes.get(name)
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels=instance_labels(instance_id))
+
+    def _create_and_start(self, spec: ContainerSpec, progress: Progress) -> Container:
+        if spec.hf_cache_dir and not os.path.isdir(spec.hf_cache_dir):
+            raise RuntimeFailure(
+                f"the Hugging Face cache {spec.hf_cache_dir} does not exist on this host; "
+                "create it or unset the host's model cache setting"
+            )
+        self._ensure_volume(spec.instance_id)
+        progress(f"creating container from {spec.image}")
+        with _engine_errors(f"create the container of instance {spec.instance_id}"):
+            try:
+                container = self.client.containers.create(**create_kwargs(spec))
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                # Another start of the same instance won the race; use its container.
+                container = self.client.containers.get(container_name(spec.instance_id))
+        try:
+            with _engine_errors(f"start the container of instance {spec.instance_id}"):
+                container.start()
+        except RuntimeFailure as exc:
+            self._remove_container(container)
+            if _NO_GPU_DRIVER in str(exc):
+                raise RuntimeFailure(
+                    "this host's Docker Engine cannot hand GPUs to containers: install the "
+                    "NVIDIA Container Toolkit (1.17.8 or newer) and restart Docker"
+                ) from exc
+            raise
+        return container
+
+    def _published(self, container: Container, spec: ContainerSpec) -> Started:
+        """Read back the host port Docker picked for JupyterLab."""
+        with _engine_errors("inspect the container"):
+            container.reload()
+        bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{spec.container_port}/tcp")
+        if not bindings:
+            self._check_running(container, spec)
+            raise RuntimeFailure(f"Docker published no port for {spec.container_port}/tcp")
+        return Started(container.id, spec.bind_address, int(bindings[0]["HostPort"]))
+
+    def _check_running(self, container: Container, spec: ContainerSpec) -> None:
+        with _engine_errors("inspect the container"):
+            container.reload()
+        state = container.attrs["State"]
+        if state["Status"] not in _GONE_STATES:
+            return
+        reason = f"the container exited with code {state['ExitCode']} while starting"
+        if state.get("OOMKilled"):
+            reason += f" (out of memory: the plan allows {spec.memory_mb} MB)"
+        raise RuntimeFailure(f"{reason}; last log lines:\n{self._logs(container, 20)}")
+
+    @staticmethod
+    def _logs(container: Container, lines: int) -> str:
+        with _engine_errors("read the container logs"):
+            try:
+                return container.logs(tail=lines).decode("utf-8", "replace").rstrip()
+            except docker.errors.NotFound:
+                return ""
+
+    def _remove_container(self, container: Container) -> None:
+        """Stop gracefully (JupyterLab saves and shuts kernels down), then remove."""
+        with _engine_errors(f"remove container {container.name}"):
+            try:
+                # (Stopping a container that is not running is a harmless no-op.)
+                container.stop(timeout=self.stop_timeout_s)
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass

@@ -1,0 +1,84 @@
+"""Commands from the control plane to host agents (Celery queue ``host.<name>``).
+
+Always sent on commit: an agent must never act on a row that may yet roll back.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+
+from gpurental.celery_app import app
+from gpurental.rentals.models import Instance
+from gpurental.rentals.selectors import instance_gpus
+
+
+def _send_spec(instance: Instance, task: str) -> None:
+    # A start that waited longer than the launch timeout is stale: reconciliation has
+    # failed that launch by then, so the agent must not act on it.
+    queue, spec = instance.host.queue, container_spec(instance)
+    transaction.on_commit(
+        lambda: app.send_task(
+            f"gpurental.agent.{task}",
+            kwargs={"spec": spec},
+            queue=queue,
+            expires=settings.LAUNCH_TIMEOUT,
+        )
+    )
+
+
+def container_spec(instance: Instance) -> dict:
+    gpus = instance_gpus(instance)
+    plan, image, host = instance.plan, instance.image, instance.host
+    env = {str(k): str(v) for k, v in (image.env or {}).items()}
+    hf_cache = host.hf_cache_dir if instance.mount_model_cache else None
+    return {
+        "instance_id": str(instance.id),
+        "image": image.image_for(host.gpu_source),
+        "token": instance.jupyter_token,
+        "gpu_indices": [g.index for g in gpus],
+        "gpu_uuids": [g.uuid for g in gpus],
+        "gpu_source": host.gpu_source,
+        "cpu_count": float(plan.vcpus),
+        "memory_mb": plan.memory_gb * 1024,
+        "pids_limit": settings.INSTANCE_PIDS_LIMIT,
+        "container_port": image.port,
+        "env": env,
+        "hf_cache_dir": hf_cache or None,
+        "command": list(image.command or []),
+    }
+
+
+def start(instance: Instance) -> None:
+    _send_spec(instance, "instance_start")
+
+
+def restart(instance: Instance) -> None:
+    _send_spec(instance, "instance_restart")
+
+
+def stop(instance: Instance) -> None:
+    stop_id(instance.host, str(instance.id))
+
+
+def remove(instance: Instance) -> None:
+    remove_id(instance.host, str(instance.id))
+
+
+def _send_id(host, task: str, instance_id: str) -> None:
+    queue = host.queue
+    transaction.on_commit(
+        lambda: app.send_task(
+            f"gpurental.agent.{task}", kwargs={"instance_id": instance_id}, queue=queue
+        )
+    )
+
+
+def stop_id(host, instance_id: str) -> None:
+    """Container goes, /workspace stays."""
+    _send_id(host, "instance_stop", instance_id)
+
+
+def remove_id(host, instance_id: str) -> None:
+    """Container and /workspace go."""
+    _send_id(host, "instance_remove", instance_id)

@@ -1,0 +1,1 @@
+"""Rental services: scheduling (placement with the DB as referee), lifecycle, reconciliation."""

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Build gpurental's instance images from local parts, with no container registry:
+#
+#   1. gpurental/base:bookworm   Debian root filesystem from debootstrap, docker import
+#   2. var/images/wheels/jupyter  JupyterLab wheels, downloaded here with pip
+#   3. gpurental/jupyter-cpu:latest  docker build FROM the base, pip --no-index
+#
+# Every step is cached and skipped when its inputs are unchanged, so a second run
+# takes seconds. Inputs are hashed and the hash is stored as the image label
+# gpurental.inputs (or a stamp file for the wheels).
+#
+# Environment:
+#   DEBIAN_MIRROR   debootstrap mirror (default http://deb.debian.org/debian)
+#   PYTHON          Python whose pip downloads the wheels (default: python3)
+#   FORCE=1         rebuild everything, ignoring the caches
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IMAGES="$REPO/images"
+CACHE="$REPO/var/images"
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PYTHON=${PYTHON:-python3}
+FORCE=${FORCE:-0}
+
+SUITE=bookworm
+BASE_TAG=gpurental/base:$SUITE
+BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less
+JUPYTER_TAG=gpurental/jupyter-cpu:latest
+WHEELS="$CACHE/wheels/jupyter"
+# Wheels are chosen for the image's Python (Debian 12: CPython 3.11, glibc 2.36),
+# not for the machine that runs this script.
+PIP_TARGET=(--python-version 3.11 --implementation cp --abi cp311
+    --platform manylinux_2_36_x86_64 --platform manylinux_2_28_x86_64
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+    --platform linux_x86_64 --only-binary=:all:)
+
+say() { echo "[images] $*"; }
+die() { echo "[images] error: $*" >&2; exit 1; }
+hash_of() { sha256sum | cut -c1-16; }
+image_label() {  # image label -> value, empty when the image or label is missing
+    docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true
+}
+
+check_engine() {
+    docker info >/dev/null 2>&1 \
+        || die "no Docker Engine answers; start one with: sudo scripts/docker-engine.sh"
+    # Without the buildx plugin the CLI refuses BuildKit; the classic builder
+    # handles these Dockerfiles (multi-stage, no RUN --mount) just as well.
+    if ! docker buildx version >/dev/null 2>&1; then
+        export DOCKER_BUILDKIT=0
+    fi
+}
+
+# --- 1. base image ---------------------------------------------------------
+
+base_inputs_hash() {
+    printf '%s\n' "$SUITE" minbase "$BASE_PACKAGES" "security-upgrade" | hash_of
+}
+
+install_debootstrap() {
+    command -v debootstrap >/dev/null 2>&1 && return
+    [ "$(id -u)" -eq 0 ] || die "debootstrap is missing; install it: sudo apt-get install debootstrap"
+    say "base: installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+}
+
+# Debootstrap only knows the main suite; security updates would otherwise be
+# missing from every instance, so apply them inside the new root.
+upgrade_rootfs() {
+    local rootfs=$1 log=$2
+    cat >"$rootfs/etc/apt/sources.list" <<EOF
+deb $MIRROR $SUITE main
+deb $MIRROR $SUITE-updates main
+deb ${MIRROR%/debian}/debian-security $SUITE-security main
+EOF
+    cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+    {
+        chroot "$rootfs" apt-get update -q
+        DEBIAN_FRONTEND=noninteractive chroot "$rootfs" apt-get -y -q upgrade
+        chroot "$rootfs" apt-get clean
+    } >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "upgrading the root filesystem failed; log: $log"; }
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/tmp/*
+    # Docker writes its own resolv.conf and hostname into each container.
+    : >"$rootfs/etc/resolv.conf"
+    : >"$rootfs/etc/hostname"
+}
+
+make_rootfs_tar() {
+    local tarball=$1 rootfs log="$CACHE/base-$SUITE.log"
+    [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run: sudo images/build.sh"
+    install_debootstrap
+    rootfs=$(mktemp -d "$CACHE/rootfs.XXXXXX")
+    # shellcheck disable=SC2064  # expand now: the trap must remove this very dir
+    trap "rm -rf '$rootfs'" EXIT
+    say "base: debootstrap $SUITE (about a minute)…"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" "$MIRROR" \
+        >"$log" 2>&1 \
+        || { tail -n 20 "$log" >&2; die "debootstrap failed; log: $log"; }
+    say "base: applying $SUITE-security and $SUITE-updates"
+    upgrade_rootfs "$rootfs" "$log"
+    tar --numeric-owner -C "$rootfs" -cf "$tarball.tmp" .
+    mv "$tarball.tmp" "$tarball"
+    rm -rf "$rootfs"
+    trap - EXIT
+}
+
+build_base() {
+    local want tarball
+    want=$(base_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(image_label "$BASE_TAG" gpurental.inputs)" = "$want" ]; then
+        say "base: $BASE_TAG is up to date"
+        return
+    fi
+    # The root filesystem tarball is kept so that a pruned image comes back
+    # in seconds, without another debootstrap.
+    tarball="$CACHE/base-$SUITE-$want.tar"
+    if [ "$FORCE" = 1 ] || [ ! -f "$tarball" ]; then
+        make_rootfs_tar "$tarball"
+    fi
+    say "base: docker import → $BASE_TAG"
+    docker import \
+        --change "LABEL gpurental.image=base gpurental.inputs=$want" \
+        --change "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+        --change 'CMD ["/bin/bash"]' \
+        "$tarball" "$BASE_TAG" >/dev/null
+}
+
+# --- 2. wheels --------------------------------------------------------------
+
+wheels_inputs_hash() {
+    { cat "$IMAGES/jupyter-cpu/requirements.txt"; printf '%s\n' "${PIP_TARGET[@]}"; } | hash_of
+}
+
+download_wheels() {
+    local want
+    want=$(wheels_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(cat "$WHEELS/.inputs" 2>/dev/null)" = "$want" ]; then
+        say "wheels: up to date ($(find "$WHEELS" -name '*.whl' | wc -l) wheels)"
+        return
+    fi
+    "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip; set PYTHON to a Python with pip"
+    say "wheels: pip download JupyterLab for cp311 manylinux x86_64…"
+    rm -rf "$WHEELS"
+    mkdir -p "$WHEELS"
+    "$PYTHON" -m pip download --quiet --no-cache-dir --dest "$WHEELS" "${PIP_TARGET[@]}" \
+        -r "$IMAGES/jupyter-cpu/requirements.txt" 2> >(grep -v "is ignored: it is neither" >&2) \
+        || die "pip download failed (is a package index reachable from this machine?)"
+    echo "$want" >"$WHEELS/.inputs"
+    say "wheels: $(find "$WHEELS" -name '*.whl' | wc -l) wheels, $(du -sh "$WHEELS" | cut -f1)"
+}
+
+# --- 3. jupyter-cpu ---------------------------------------------------------
+
+jupyter_inputs_hash() {
+    {
+        docker image inspect --format '{{.Id}}' "$BASE_TAG"
+        cat "$WHEELS/.inputs"
+        find "$IMAGES/jupyter-cpu" -type f -print0 | sort -z | xargs -0 sha256sum | cut -c1-64
+    } | hash_of
+}
+
+build_jupyter() {
+    local want ctx
+    want=$(jupyter_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(image_label "$JUPYTER_TAG" gpurental.inputs)" = "$want" ]; then
+        say "jupyter-cpu: $JUPYTER_TAG is up to date"
+        return
+    fi
+    # A context with only what the Dockerfile copies: the repository itself
+    # (var/, .git, node_modules…) would be sent to the engine on every build.
+    ctx="$CACHE/context/jupyter-cpu"
+    rm -rf "$ctx"
+    mkdir -p "$ctx"
+    cp -a "$IMAGES/jupyter-cpu/." "$ctx/"
+    cp -al "$WHEELS" "$ctx/wheels" 2>/dev/null || cp -a "$WHEELS" "$ctx/wheels"
+    say "jupyter-cpu: docker build → $JUPYTER_TAG"
+    local log="$CACHE/jupyter-cpu-build.log"
+    docker build --label "gpurental.inputs=$want" -t "$JUPYTER_TAG" "$ctx" >"$log" 2>&1 \
+        || { tail -n 30 "$log" >&2; die "docker build failed; log: $log"; }
+    # The classic builder leaves the wheel stage and any superseded image behind,
+    # untagged (~0.4 GB each). Drop them: unchanged inputs never rebuild anyway,
+    # and prune keeps images that containers still use.
+    docker image prune --force --filter label=gpurental.image >/dev/null
+    say "jupyter-cpu: $(docker image inspect --format '{{.Size}}' "$JUPYTER_TAG" | awk '{printf "%.0f MB", $1/1e6}')"
+}
+
+timed() {
+    local t0=$SECONDS
+    "$@"
+    if [ $((SECONDS - t0)) -gt 1 ]; then say "  ($1: $((SECONDS - t0)) s)"; fi
+}
+
+main() {
+    local t0=$SECONDS
+    mkdir -p "$CACHE"
+    check_engine
+    timed build_base
+    timed download_wheels
+    timed build_jupyter
+    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG"
+}
+
+main "$@"

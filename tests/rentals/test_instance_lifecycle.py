@@ -1,0 +1,210 @@
+"""The state machine, driven by customer actions and the host agent's reports."""
+
+import pytest
+from django.utils import timezone
+
+from gpurental.rentals.exceptions import InvalidTransition, NoCapacity
+from gpurental.rentals.models import Allocation, InstanceEvent, InstanceStatus
+from gpurental.rentals.services import lifecycle as lc
+
+S = InstanceStatus
+
+
+@pytest.fixture
+def run(django_capture_on_commit_callbacks):
+    """Call a service and run its on-commit work (the agent commands)."""
+
+    def call(service, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return service(**kwargs)
+
+    return call
+
+
+@pytest.fixture
+def launched(alice, a100, make_host, image, sent, run):
+    make_host("node1", a100)
+    return run(lc.instance_launch, user=alice, image=image, gpu_model=a100, gpu_count=2)
+
+
+@pytest.fixture
+def running(launched, run):
+    iid = str(launched.pk)
+    run(
+        lc.instance_report_progress,
+        instance_id=iid,
+        step="creating",
+        message="creating container from x",
+    )
+    run(lc.instance_report_running, instance_id=iid, port=49153, container_id="abc123")
+    launched.refresh_from_db()
+    return launched
+
+
+def _open_allocations(instance):
+    return Allocation.objects.filter(instance=instance, period__upper_inf=True).count()
+
+
+def test_progress_moves_pending_to_provisioning_and_logs_the_step(launched, run):
+    run(
+        lc.instance_report_progress,
+        instance_id=str(launched.pk),
+        step="pulling_image",
+        message="pulling image",
+    )
+    launched.refresh_from_db()
+    assert launched.status == S.PROVISIONING
+    assert launched.events.filter(kind="progress", step="pulling_image").exists()
+
+
+def test_running_report_records_port_and_starts_billing(running):
+    assert running.status == S.RUNNING
+    assert running.jupyter_port == 49153
+    assert running.running_since is not None and running.stopped_at is None
+    steps = list(running.events.filter(kind="progress").values_list("step", flat=True))
+    assert steps == ["queued", "creating", "running"]
+
+
+def test_repeated_running_report_changes_nothing(running, run):
+    before = running.events.count()
+    run(lc.instance_report_running, instance_id=str(running.pk), port=49153, container_id="abc123")
+    assert running.events.count() == before
+
+
+def test_failed_first_launch_releases_gpus_charges_nothing_and_removes_everything(
+    launched, run, sent
+):
+    run(
+        lc.instance_report_failed,
+        instance_id=str(launched.pk),
+        reason="image x is not on this host",
+    )
+    launched.refresh_from_db()
+    assert launched.status == S.FAILED
+    assert (
+        "image x is not on this host" in launched.status_reason
+        and "Nothing was charged" in launched.status_reason
+    )
+    assert _open_allocations(launched) == 0
+    assert launched.running_since is None
+    assert sent[-1]["task"] == "instance_remove"
+
+
+def test_stop_then_agent_confirms(running, run, sent, alice):
+    run(lc.instance_stop, instance=running, actor=alice)
+    running.refresh_from_db()
+    assert running.status == S.STOPPING and running.stopped_at is not None
+    assert sent[-1] == {
+        "task": "instance_stop",
+        "queue": "host.node1",
+        "instance_id": str(running.pk),
+    }
+    assert _open_allocations(running) == 2  # still held until the container is gone
+    run(lc.instance_report_stopped, instance_id=str(running.pk))
+    running.refresh_from_db()
+    assert running.status == S.STOPPED
+    assert _open_allocations(running) == 0
+
+
+def test_stop_twice_is_harmless(running, run, alice, sent):
+    run(lc.instance_stop, instance=running, actor=alice)
+    run(lc.instance_stop, instance=running, actor=alice)
+    assert [m["task"] for m in sent].count("instance_stop") == 1
+    assert running.events.filter(to_status=S.STOPPING).count() == 1
+
+
+def test_start_again_uses_the_same_host_and_new_gpus_there(running, run, alice, sent):
+    run(lc.instance_stop, instance=running, actor=alice)
+    run(lc.instance_report_stopped, instance_id=str(running.pk))
+    run(lc.instance_start, instance=running, actor=alice)
+    running.refresh_from_db()
+    assert running.status == S.PENDING and running.host.name == "node1"
+    assert _open_allocations(running) == 2
+    assert sent[-1]["task"] == "instance_start"
+
+
+def test_start_when_its_host_is_full_says_so(running, run, alice, bob, a100, image):
+    run(lc.instance_stop, instance=running, actor=alice)
+    run(lc.instance_report_stopped, instance_id=str(running.pk))
+    run(lc.instance_launch, user=bob, image=image, gpu_model=a100, gpu_count=8)
+    with pytest.raises(NoCapacity, match="no 2× A100 free on host node1"):
+        run(lc.instance_start, instance=running, actor=alice)
+
+
+def test_failed_start_of_an_instance_that_ran_before_keeps_its_workspace(running, run, alice, sent):
+    run(lc.instance_stop, instance=running, actor=alice)
+    run(lc.instance_report_stopped, instance_id=str(running.pk))
+    run(lc.instance_start, instance=running, actor=alice)
+    run(
+        lc.instance_report_failed,
+        instance_id=str(running.pk),
+        reason="JupyterLab did not become ready",
+    )
+    running.refresh_from_db()
+    assert running.status == S.STOPPED
+    assert "/workspace kept" in running.status_reason
+    assert sent[-1]["task"] == "instance_stop"  # never instance_remove
+
+
+def test_restart_keeps_gpus_and_billing(running, run, alice, sent):
+    since = running.running_since
+    run(lc.instance_restart, instance=running, actor=alice)
+    running.refresh_from_db()
+    assert running.status == S.PROVISIONING and sent[-1]["task"] == "instance_restart"
+    run(lc.instance_report_running, instance_id=str(running.pk), port=49200, container_id="def")
+    running.refresh_from_db()
+    assert running.status == S.RUNNING and running.jupyter_port == 49200
+    assert running.running_since == since and _open_allocations(running) == 2
+
+
+def test_terminate_removes_container_and_workspace(running, run, alice, sent):
+    run(lc.instance_terminate, instance=running, actor=alice)
+    running.refresh_from_db()
+    assert running.status == S.TERMINATING and sent[-1]["task"] == "instance_remove"
+    run(lc.instance_report_removed, instance_id=str(running.pk))
+    running.refresh_from_db()
+    assert running.status == S.TERMINATED and running.terminated_at is not None
+    assert _open_allocations(running) == 0
+
+
+def test_terminated_instance_cannot_be_started(running, run, alice):
+    run(lc.instance_terminate, instance=running, actor=alice)
+    run(lc.instance_report_removed, instance_id=str(running.pk))
+    with pytest.raises(InvalidTransition, match="cannot start an instance that is terminated"):
+        run(lc.instance_start, instance=running, actor=alice)
+
+
+def test_running_report_for_a_stopped_instance_stops_the_container_again(
+    launched, run, alice, sent
+):
+    run(lc.instance_stop, instance=launched, actor=alice)
+    run(lc.instance_report_running, instance_id=str(launched.pk), port=1234, container_id="late")
+    launched.refresh_from_db()
+    assert launched.status == S.STOPPING
+    assert sent[-1]["task"] == "instance_stop"
+
+
+def test_every_transition_is_an_event_with_from_and_to(running, run, alice):
+    run(lc.instance_stop, instance=running, actor=alice)
+    run(lc.instance_report_stopped, instance_id=str(running.pk))
+    pairs = list(
+        InstanceEvent.objects.filter(instance=running, kind="transition").values_list(
+            "from_status", "to_status"
+        )
+    )
+    assert pairs == [
+        ("", "pending"),
+        ("pending", "provisioning"),
+        ("provisioning", "running"),
+        ("running", "stopping"),
+        ("stopping", "stopped"),
+    ]
+
+
+def test_stop_on_an_unreachable_host_finishes_at_once(running, run, alice):
+    host = running.host
+    host.last_heartbeat_at = timezone.now() - timezone.timedelta(minutes=10)
+    host.save()
+    run(lc.instance_stop, instance=running, actor=alice)
+    running.refresh_from_db()
+    assert running.status == S.STOPPED and "unreachable" in running.status_reason
