@@ -80,7 +80,8 @@ def _uuids(containers: dict[str, str]) -> list[str]:
 
 
 def instance_mark_vanished(*, instance: Instance, state: str | None, now: datetime) -> None:
-    what = "disappeared" if state is None else f"is {state}"
+    # "stopped": the runtime still has the workspace, but no container runs.
+    what = "disappeared" if state in (None, "stopped") else f"is {state}"
     with transaction.atomic():
         instance = lifecycle._lock(instance)
         if instance.status != S.RUNNING:

@@ -1,0 +1,289 @@
+"""The whole path for real: launch service → Celery → host agent process → Docker Engine
+→ JupyterLab answering → reports back through the control queue.
+
+The control worker runs in a thread of the test process (it needs the test database);
+the agent is a separate process, exactly as on a GPU host, with no database access.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings as django_settings
+
+from gpurental.celery_app import app as control_app
+from gpurental.fleet.models import Host
+from gpurental.fleet.services import host_create
+from gpurental.rentals.models import Allocation, Instance, InstanceStatus
+from gpurental.rentals.services import lifecycle as lc
+from gpurental.rentals.services.reconcile import fleet_reconcile
+from tests.agent.conftest import JUPYTER_IMAGE, skip_unless_ci
+from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+S = InstanceStatus
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    from gpurental.agent.runtimes import docker_problem
+
+    problem = docker_problem()
+    if problem:
+        skip_unless_ci(f"{problem}; start one with: sudo scripts/docker-engine.sh")
+    import docker
+
+    client = docker.from_env()
+    try:
+        client.images.get(JUPYTER_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{JUPYTER_IMAGE} is not built; run `make images`")
+    return client
+
+
+@pytest.fixture
+def control_worker(docker_client):
+    with control_app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("control")  # nothing left over from an earlier run
+    with start_worker(
+        control_app, pool="solo", perform_ping_check=False, queues=["control"], shutdown_timeout=30
+    ):
+        yield
+
+
+class AgentProcess:
+    def __init__(self, host_name: str, token: str, log_path):
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("DATABASE", "REDIS"))},
+            "GPURENTAL_BROKER_URL": django_settings.CELERY_BROKER_URL,
+            "GPURENTAL_HOST_NAME": host_name,
+            "GPURENTAL_HOST_TOKEN": token,
+            "GPURENTAL_RUNTIME": "docker",
+            "GPURENTAL_GPU_SOURCE": "simulated",
+            "GPURENTAL_SIMULATED_GPUS": "2",
+            "GPURENTAL_SIMULATED_MODEL": "NVIDIA A10G",
+            "GPURENTAL_HEARTBEAT_INTERVAL": "1",
+            "GPURENTAL_READY_TIMEOUT": "60",
+        }
+        self.log_path = log_path
+        self.proc = None
+
+    def start(self):
+        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpurental.agent"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+
+def wait_for(predicate, timeout, what, agent=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(
+        f"timed out after {timeout} s waiting for {what}\n--- agent log ---\n"
+        f"{agent.log() if agent else ''}"
+    )
+
+
+@pytest.fixture
+def catalog(db):
+    model = GPUModelFactory(
+        slug="a10g",
+        name="A10G 24GB",
+        short_name="A10G",
+        nvml_names=["NVIDIA A10G"],
+        memory_gb=24,
+        interconnect="pcie",
+        nvlink_bandwidth_gbs=0,
+    )
+    PlanFactory(gpu_model=model, gpu_count=1, vcpus=1, memory_gb=1, slug="a10g-x1")
+    return model, ImageTemplateFactory(image=JUPYTER_IMAGE)
+
+
+@pytest.fixture
+def agent(control_worker, catalog, tmp_path):
+    host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
+    agent = AgentProcess(host.name, token, tmp_path / "agent.log")
+    agent.start()
+    wait_for(
+        lambda: Host.objects.get(pk=host.pk).gpus.count() == 2,
+        60,
+        "the agent's first heartbeat",
+        agent,
+    )
+    agent.host = host
+    yield agent
+    agent.stop()
+
+
+def status_of(instance) -> str:
+    return Instance.objects.get(pk=instance.pk).status
+
+
+def wait_status(instance, status, agent, timeout=90):
+    wait_for(lambda: status_of(instance) == status, timeout, f"instance to be {status}", agent)
+    instance.refresh_from_db()
+    return instance
+
+
+def jupyter(instance, path, token=None, method="GET", body=None):
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{instance.jupyter_port}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+    )
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - our own local instance
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, alice, docker_client):
+    model, image = catalog
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1)
+    instance = wait_status(instance, S.RUNNING, agent)
+
+    steps = list(instance.events.filter(kind="progress").values_list("step", flat=True))
+    assert steps[0] == "queued" and steps[-1] == "running"
+    assert {"pulling_image", "creating", "waiting_for_jupyter"} <= set(steps)
+
+    token = instance.jupyter_token
+    assert jupyter(instance, "/api/status", token)[0] == 200
+    assert jupyter(instance, "/api/status")[0] == 403
+
+    container = docker_client.containers.get(f"gpurental-{instance.pk}")
+    host_config = container.attrs["HostConfig"]
+    assert "no-new-privileges:true" in host_config["SecurityOpt"]
+    assert host_config["CapDrop"] == ["ALL"]
+    assert host_config["Privileged"] is False
+    assert host_config["PidsLimit"] == django_settings.INSTANCE_PIDS_LIMIT
+    assert host_config["Memory"] == 1024 * 1024 * 1024
+    assert host_config["NanoCpus"] == 1_000_000_000
+    assert all(b["HostIp"] == "127.0.0.1" for b in host_config["PortBindings"]["8888/tcp"])
+    assert not any("docker.sock" in m.get("Source", "") for m in container.attrs["Mounts"])
+    assert container.labels["gpurental.instance"] == str(instance.pk)
+    gpu_index = instance.allocations.get().gpu.index
+    assert f"NVIDIA_VISIBLE_DEVICES={gpu_index}" in container.attrs["Config"]["Env"]
+
+    status, _ = jupyter(
+        instance,
+        "/api/contents/kept.txt",
+        token,
+        "PUT",
+        {"type": "file", "format": "text", "content": "still here"},
+    )
+    assert status in (200, 201)
+
+    lc.instance_stop(instance=instance, actor=alice)
+    instance = wait_status(instance, S.STOPPED, agent)
+    assert not docker_client.containers.list(
+        all=True, filters={"label": f"gpurental.instance={instance.pk}"}
+    )
+    assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")
+    assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
+
+    lc.instance_start(instance=instance, actor=alice)
+    instance = wait_status(instance, S.RUNNING, agent)
+    status, body = jupyter(instance, "/api/contents/kept.txt?content=1", instance.jupyter_token)
+    assert status == 200 and json.loads(body)["content"] == "still here"
+
+    lc.instance_terminate(instance=instance, actor=alice)
+    instance = wait_status(instance, S.TERMINATED, agent)
+    assert not docker_client.containers.list(
+        all=True, filters={"label": f"gpurental.instance={instance.pk}"}
+    )
+    assert not docker_client.volumes.list(filters={"label": f"gpurental.instance={instance.pk}"})
+    assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
+
+
+def test_container_removed_behind_the_platforms_back_is_noticed(
+    agent, catalog, alice, docker_client
+):
+    model, image = catalog
+    instance = wait_status(
+        lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1), S.RUNNING, agent
+    )
+    time.sleep(2.5)  # let a heartbeat see it running first
+    docker_client.containers.get(f"gpurental-{instance.pk}").remove(force=True)
+    instance = wait_status(instance, S.FAILED, agent, timeout=30)
+    assert "disappeared" in instance.status_reason
+    assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
+    lc.instance_terminate(instance=instance, actor=alice)
+    wait_status(instance, S.TERMINATED, agent)
+    wait_for(
+        lambda: (
+            not docker_client.volumes.list(filters={"label": f"gpurental.instance={instance.pk}"})
+        ),
+        30,
+        "the workspace volume to go",
+        agent,
+    )
+
+
+def test_agent_killed_mid_launch_then_reconciliation_cleans_up(
+    agent, catalog, alice, docker_client, settings
+):
+    settings.LAUNCH_TIMEOUT = 6
+    model, image = catalog
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1)
+    label = {"label": f"gpurental.instance={instance.pk}"}
+    wait_for(
+        lambda: docker_client.containers.list(all=True, filters=label),
+        60,
+        "the container to exist",
+        agent,
+    )
+    agent.kill()  # mid-launch: the container exists, JupyterLab is not confirmed yet
+    assert status_of(instance) in (S.PENDING, S.PROVISIONING)
+
+    time.sleep(settings.LAUNCH_TIMEOUT + 1)
+    fleet_reconcile()
+    instance.refresh_from_db()
+    assert instance.status == S.FAILED and "did not finish within" in instance.status_reason
+    assert instance.running_since is None  # never running, so never billed
+    assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
+
+    agent.start()  # the host comes back: the leftover container and volume must go
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, filters=label),
+        60,
+        "the orphan to be removed",
+        agent,
+    )
+    wait_for(
+        lambda: not docker_client.volumes.list(filters=label), 30, "the orphan volume to go", agent
+    )
