@@ -21,7 +21,7 @@ install: $(VENV)/.installed
 demo: install
 	@DEBUG=$${DEBUG:-1} $(BIN)/python -m gpurental.embedded run -- sh -c '\
 	  python manage.py migrate --noinput && \
-	  python manage.py seed_demo && \
+	  python manage.py seed_demo --agent-env var/local-agent.env && \
 	  echo "" && \
 	  echo "  gpurental is starting on http://127.0.0.1:$${PORT:-8000}/" && \
 	  echo "  back-office  http://127.0.0.1:$${PORT:-8000}/admin/   admin@example.com / admin" && \

@@ -8,7 +8,9 @@ idempotent: a repeated message finds the work done and reports it again.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from dataclasses import replace
 
 from gpurental import __version__
 from gpurental.agent.gpus import GpuSource
@@ -60,11 +62,23 @@ class HostAgent:
         data["bind_address"] = self.bind_address
         return ContainerSpec(**data)
 
+    @staticmethod
+    def _fit_cpus(spec: ContainerSpec, progress) -> ContainerSpec:
+        # A plan may promise more vCPUs than a small (test or demo) host has; the
+        # engine refuses such a limit outright, so cap it and say so.
+        available = os.cpu_count() or 1
+        if spec.cpu_count <= available:
+            return spec
+        progress(
+            f"info: the plan asks for {spec.cpu_count:g} vCPUs; this host has {available}, so {available} it is"
+        )
+        return replace(spec, cpu_count=float(available))
+
     def start(self, spec: dict) -> None:
         instance_id = spec["instance_id"]
         progress = self._progress(instance_id)
         try:
-            container_spec = self._spec(spec)
+            container_spec = self._fit_cpus(self._spec(spec), progress)
             progress(f"pulling image {container_spec.image} if needed")
             self.runtime.ensure_image(container_spec.image, progress)
             started = self.runtime.start(container_spec, progress)

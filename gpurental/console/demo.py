@@ -5,8 +5,10 @@ Idempotent: running it again updates the same rows and adds nothing.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -16,7 +18,12 @@ from gpurental.billing.models import LedgerEntry
 from gpurental.billing.services import credit_add
 from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
 from gpurental.fleet.models import GPUSource, Host
-from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
+from gpurental.fleet.services import (
+    host_create,
+    host_rotate_token,
+    host_simulated_gpus_ensure,
+    host_token_matches,
+)
 
 DEMO_CREDIT_NOTE = "Demo credit"
 
@@ -109,7 +116,33 @@ PLAN_SIZES = (1, 2, 4, 8)
 
 @dataclass
 class SeedResult:
-    host_token: str | None  # only when the host was created now
+    host_token: str | None  # only when a token was issued now
+
+
+def local_agent_env_write(*, host: Host, token: str, path: Path) -> None:
+    """The local agent's join settings, readable by the operator only (the token is a secret)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = {
+        "GPURENTAL_BROKER_URL": settings.CELERY_BROKER_URL,
+        "GPURENTAL_HOST_NAME": host.name,
+        "GPURENTAL_HOST_TOKEN": token,
+        "GPURENTAL_GPU_SOURCE": "simulated",
+        "GPURENTAL_SIMULATED_GPUS": str(host.gpus.count() or 8),
+        "GPURENTAL_SIMULATED_MODEL": "NVIDIA A10G",
+        "GPURENTAL_AGENT_DIR": str(path.parent / f"agent-{host.name}"),
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write("".join(f"{key}={value}\n" for key, value in lines.items()))
+
+
+def _env_token(path: Path) -> str:
+    if not path.exists():
+        return ""
+    for line in path.read_text().splitlines():
+        if line.startswith("GPURENTAL_HOST_TOKEN="):
+            return line.split("=", 1)[1]
+    return ""
 
 
 def _user(email: str, password: str, **fields) -> User:
@@ -120,7 +153,7 @@ def _user(email: str, password: str, **fields) -> User:
 
 
 @transaction.atomic
-def seed_demo() -> SeedResult:
+def seed_demo(*, agent_env: Path | None = None) -> SeedResult:
     admin = _user("admin@example.com", "admin", full_name="Operator Admin")
     if not (admin.is_staff and admin.is_superuser):
         User.objects.filter(pk=admin.pk).update(is_staff=True, is_superuser=True)
@@ -165,4 +198,11 @@ def seed_demo() -> SeedResult:
     if host is None:
         host, token = host_create(name="local", address="127.0.0.1", gpu_source=GPUSource.SIMULATED)
     host_simulated_gpus_ensure(host=host, model=models["a10g"], count=8)
+    if agent_env is not None:
+        # The local agent needs the token, which is stored hashed: keep the one in the
+        # env file while it still matches, otherwise issue a new one.
+        if token is None and not host_token_matches(host=host, token=_env_token(agent_env)):
+            token = host_rotate_token(host=host)
+        if token is not None:
+            local_agent_env_write(host=host, token=token, path=agent_env)
     return SeedResult(host_token=token)

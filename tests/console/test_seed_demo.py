@@ -45,3 +45,22 @@ def test_create_api_key_prints_the_key_as_last_line(db, capsys):
     from gpurental.accounts.services import api_key_authenticate
 
     assert api_key_authenticate(raw=last).user.email == "demo@example.com"
+
+
+def test_seed_demo_writes_the_local_agents_settings_once(db, tmp_path):
+    from gpurental.agent.config import AgentConfig, read_env_file
+    from gpurental.fleet.services import host_token_matches
+
+    env_file = tmp_path / "local-agent.env"
+    call_command("seed_demo", "--agent-env", str(env_file))
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    config = AgentConfig.from_env(read_env_file(env_file))
+    host = Host.objects.get(name="local")
+    assert config.host_name == "local" and host_token_matches(host=host, token=config.token)
+    before = env_file.read_text()
+    call_command("seed_demo", "--agent-env", str(env_file))
+    assert env_file.read_text() == before  # still valid: not rotated
+    env_file.unlink()
+    call_command("seed_demo", "--agent-env", str(env_file))
+    host.refresh_from_db()
+    assert host_token_matches(host=host, token=AgentConfig.from_env(read_env_file(env_file)).token)

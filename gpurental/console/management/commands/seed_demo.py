@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from django.core.management.base import BaseCommand
 
 from gpurental.console.demo import seed_demo
@@ -6,10 +8,18 @@ from gpurental.console.demo import seed_demo
 class Command(BaseCommand):
     help = "Create (or refresh) the demo data: logins, GPU models, plans, images, host 'local'. Idempotent."
 
-    def handle(self, *args, **options):
-        result = seed_demo()
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--agent-env",
+            help="write the local agent's join settings (broker, name, token) to this file (mode 600)",
+        )
+
+    def handle(self, *args, agent_env=None, **options):
+        result = seed_demo(agent_env=Path(agent_env) if agent_env else None)
         self.stdout.write(self.style.SUCCESS("Demo data ready."))
         self.stdout.write("  admin@example.com / admin   (back-office)")
         self.stdout.write("  demo@example.com  / demo    (customer, with credit)")
-        if result.host_token:
-            self.stdout.write("  host 'local' created with 8 simulated A10G GPUs")
+        if result.host_token and agent_env:
+            self.stdout.write(
+                f"  host 'local' (8 simulated A10G GPUs): agent settings written to {agent_env}"
+            )
