@@ -13,6 +13,12 @@ app = Celery("gpurental")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# Everything of the control plane runs on the "control" queue; agents have their own.
+app.conf.task_routes = {
+    "gpurental.fleet.*": {"queue": "control"},
+    "gpurental.rentals.*": {"queue": "control"},
+}
+
 # Every periodic job is declared here, in one place.
 app.conf.beat_schedule = {
     "reconcile-fleet": {

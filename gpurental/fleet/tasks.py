@@ -12,9 +12,7 @@ from gpurental.fleet.services import HeartbeatRefused, host_heartbeat_record
 log = logging.getLogger(__name__)
 
 
-@app.task(
-    name="gpurental.fleet.tasks.host_heartbeat", queue="control", time_limit=30, soft_time_limit=25
-)
+@app.task(name="gpurental.fleet.tasks.host_heartbeat", time_limit=30, soft_time_limit=25)
 def host_heartbeat(
     *,
     host: str,

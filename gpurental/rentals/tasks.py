@@ -30,7 +30,6 @@ REPORTS = {
 
 @app.task(
     name="gpurental.rentals.tasks.instance_report",
-    queue="control",
     time_limit=30,
     soft_time_limit=25,
 )
@@ -52,8 +51,6 @@ def instance_report(
     handler(instance_id, data or {})
 
 
-@app.task(
-    name="gpurental.rentals.tasks.reconcile", queue="control", time_limit=120, soft_time_limit=100
-)
+@app.task(name="gpurental.rentals.tasks.reconcile", time_limit=120, soft_time_limit=100)
 def reconcile() -> None:
     fleet_reconcile()

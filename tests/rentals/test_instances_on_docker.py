@@ -8,10 +8,6 @@ the agent is a separate process, exactly as on a GPU host, with no database acce
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +23,7 @@ from gpurental.fleet.services import host_create
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.rentals.services.reconcile import fleet_reconcile
+from gpurental.testing.agent_process import AgentProcess, wait_for
 from tests.agent.conftest import JUPYTER_IMAGE, skip_unless_ci
 from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory
 
@@ -61,61 +58,6 @@ def control_worker(docker_client):
         yield
 
 
-class AgentProcess:
-    def __init__(self, host_name: str, token: str, log_path):
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DATABASE", "REDIS"))},
-            "GPURENTAL_BROKER_URL": django_settings.CELERY_BROKER_URL,
-            "GPURENTAL_HOST_NAME": host_name,
-            "GPURENTAL_HOST_TOKEN": token,
-            "GPURENTAL_RUNTIME": "docker",
-            "GPURENTAL_GPU_SOURCE": "simulated",
-            "GPURENTAL_SIMULATED_GPUS": "2",
-            "GPURENTAL_SIMULATED_MODEL": "NVIDIA A10G",
-            "GPURENTAL_HEARTBEAT_INTERVAL": "1",
-            "GPURENTAL_READY_TIMEOUT": "60",
-        }
-        self.log_path = log_path
-        self.proc = None
-
-    def start(self):
-        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpurental.agent"],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-
-def wait_for(predicate, timeout, what, agent=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(
-        f"timed out after {timeout} s waiting for {what}\n--- agent log ---\n"
-        f"{agent.log() if agent else ''}"
-    )
-
-
 @pytest.fixture
 def catalog(db):
     model = GPUModelFactory(
@@ -134,7 +76,12 @@ def catalog(db):
 @pytest.fixture
 def agent(control_worker, catalog, tmp_path):
     host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
-    agent = AgentProcess(host.name, token, tmp_path / "agent.log")
+    agent = AgentProcess(
+        broker_url=django_settings.CELERY_BROKER_URL,
+        host_name=host.name,
+        token=token,
+        log_path=tmp_path / "agent.log",
+    )
     agent.start()
     wait_for(
         lambda: Host.objects.get(pk=host.pk).gpus.count() == 2,
