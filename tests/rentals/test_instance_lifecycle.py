@@ -208,3 +208,36 @@ def test_stop_on_an_unreachable_host_finishes_at_once(running, run, alice):
     run(lc.instance_stop, instance=running, actor=alice)
     running.refresh_from_db()
     assert running.status == S.STOPPED and "unreachable" in running.status_reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_steps_reach_the_instance_channel_group_live(alice, a100, make_host, image, sent):
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from gpurental.rentals.events import instance_group
+
+    make_host("node1", a100)
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(instance_group(instance.pk), channel)
+    iid = str(instance.pk)
+    lc.instance_report_progress(instance_id=iid, step="creating", message="creating container")
+    lc.instance_report_running(instance_id=iid, port=4000, container_id="c")
+
+    async def receive_four():
+        # One event loop for all receives: channels-redis keeps its receive buffer per loop.
+        return [await layer.receive(channel) for _ in range(4)]
+
+    received = async_to_sync(receive_four)()
+    assert [(m["kind"], m["status"], m["step"]) for m in received] == [
+        ("transition", "provisioning", ""),
+        ("progress", "provisioning", "creating"),
+        ("progress", "provisioning", "running"),
+        ("transition", "running", ""),
+    ]
+    assert (
+        received[-1]["from_status"] == "provisioning"
+        and received[-1]["reason"] == "JupyterLab is ready"
+    )

@@ -29,6 +29,7 @@ from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 S = InstanceStatus
+READY_TIMEOUT = 15  # JupyterLab answers in about 3 s here; the "never answers" case waits this long
 
 
 @pytest.fixture(scope="module")
@@ -233,4 +234,38 @@ def test_agent_killed_mid_launch_then_reconciliation_cleans_up(
     )
     wait_for(
         lambda: not docker_client.volumes.list(filters=label), 30, "the orphan volume to go", agent
+    )
+
+
+@pytest.mark.parametrize(
+    ("image_fields", "reason"),
+    [
+        (
+            {"image": "gpurental/does-not-exist:1"},
+            "is not on this host and pulling is off; build it with `make images`",
+        ),
+        ({"command": ["sh", "-c", "echo boom >&2; exit 3"]}, "exit"),
+        ({"command": ["sleep", "600"]}, "JupyterLab did not become ready on 127.0.0.1:"),
+    ],
+    ids=["missing-image", "container-exits", "jupyter-never-answers"],
+)
+def test_failed_launches_release_everything_and_charge_nothing(
+    agent, catalog, alice, docker_client, image_fields, reason
+):
+    model, _ = catalog
+    image = ImageTemplateFactory(
+        slug=f"broken-{uuid.uuid4().hex[:6]}", **{"image": JUPYTER_IMAGE, **image_fields}
+    )
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1)
+    instance = wait_status(instance, S.FAILED, agent, timeout=READY_TIMEOUT + 60)
+    assert reason in instance.status_reason and "Nothing was charged" in instance.status_reason
+    assert instance.running_since is None and instance.stopped_at is None
+    assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
+    label = {"label": f"gpurental.instance={instance.pk}"}
+    assert not docker_client.containers.list(all=True, filters=label)
+    wait_for(
+        lambda: not docker_client.volumes.list(filters=label),
+        30,
+        "the workspace volume to go",
+        agent,
     )
