@@ -1,7 +1,53 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from gpurental.console import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("signup/", views.signup, name="signup"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path(
+        "password/change/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
+    path("password/reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
+    path(
+        "password/reset/done/",
+        auth_views.PasswordResetDoneView.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "password/reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "password/reset/complete/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
+    path("dashboard/", views.dashboard, name="dashboard"),
+    path("dashboard/instances/", views.dashboard_instances, name="dashboard_instances"),
+    path("launch/", views.launch, name="launch"),
+    path("instances/<uuid:instance_id>/", views.instance_detail, name="instance"),
+    path("instances/<uuid:instance_id>/open/", views.instance_open, name="instance_open"),
+    path(
+        "instances/<uuid:instance_id>/<str:action>/", views.instance_action, name="instance_action"
+    ),
+    path("keys/", views.api_keys, name="api_keys"),
+    path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
+    path("staff/fleet/", views.fleet, name="fleet"),
+    path("staff/fleet/tables/", views.fleet_hosts, name="fleet_tables"),
+    path(
+        "staff/hosts/<int:host_id>/<str:action>/", views.fleet_host_action, name="fleet_host_action"
+    ),
+    path(
+        "staff/instances/<uuid:instance_id>/stop/",
+        views.fleet_instance_stop,
+        name="fleet_instance_stop",
+    ),
 ]

@@ -1,7 +1,213 @@
-from django.shortcuts import render
+"""The browser console (customers) and the fleet dashboard (staff). Thin views: forms
+in, one service or selector call, a template out."""
 
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from gpurental.accounts.models import ApiKey
+from gpurental.accounts.services import api_key_create, api_key_revoke, audit_record
 from gpurental.catalog.selectors import catalog_rows
+from gpurental.console import selectors
+from gpurental.console.forms import ApiKeyForm, LaunchForm, SignupForm
+from gpurental.fleet.models import Host, HostStatus
+from gpurental.fleet.services import host_set_status
+from gpurental.rentals.exceptions import RentalError
+from gpurental.rentals.models import InstanceStatus
+from gpurental.rentals.selectors import instance_visible_to
+from gpurental.rentals.services import lifecycle
+
+ACTIONS = {
+    "stop": lifecycle.instance_stop,
+    "start": lifecycle.instance_start,
+    "restart": lifecycle.instance_restart,
+    "terminate": lifecycle.instance_terminate,
+}
 
 
 def home(request):
-    return render(request, "console/home.html", {"rows": catalog_rows()})
+    filters = {k: request.GET.get(k, "") for k in ("interconnect", "min_vram", "q")}
+    return render(
+        request, "console/home.html", {"rows": catalog_rows(**filters), "filters": filters}
+    )
+
+
+def signup(request):
+    if request.user.is_authenticated:
+        return redirect("dashboard")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        audit_record(
+            action="user.signup", actor=user, obj=user, ip_address=request.META.get("REMOTE_ADDR")
+        )
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        messages.success(request, "Welcome! Your account is ready.")
+        return redirect("dashboard")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+@login_required
+def dashboard(request):
+    return render(request, "console/dashboard.html", selectors.dashboard_context(user=request.user))
+
+
+@login_required
+def dashboard_instances(request):
+    """The instance table alone: the dashboard refreshes it every few seconds (htmx)."""
+    return render(
+        request, "console/_instance_rows.html", selectors.dashboard_context(user=request.user)
+    )
+
+
+@login_required
+def launch(request):
+    initial = {k: request.GET[k] for k in ("gpu_model", "gpu_count", "image") if k in request.GET}
+    form = LaunchForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            instance = lifecycle.instance_launch(
+                user=request.user,
+                image=data["image"],
+                gpu_model=data["gpu_model"],
+                gpu_count=data["gpu_count"],
+                name=data["name"],
+            )
+        except RentalError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            return redirect("instance", instance_id=instance.pk)
+    return render(request, "console/launch.html", {"form": form, "prices": selectors.price_table()})
+
+
+def _own_or_404(request, instance_id):
+    instance = instance_visible_to(user=request.user, instance_id=instance_id)
+    if instance is None:
+        raise Http404("No such instance.")
+    return instance
+
+
+@login_required
+def instance_detail(request, instance_id):
+    instance = _own_or_404(request, instance_id)
+    return render(
+        request,
+        "console/instance.html",
+        selectors.instance_context(instance=instance, viewer=request.user),
+    )
+
+
+@login_required
+@require_POST
+def instance_action(request, instance_id, action):
+    instance = _own_or_404(request, instance_id)
+    service = ACTIONS.get(action)
+    if service is None:
+        raise Http404("No such action.")
+    try:
+        service(instance=instance, actor=request.user)
+    except RentalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{action.capitalize()} requested.")
+    return redirect("instance", instance_id=instance.pk)
+
+
+@login_required
+def instance_open(request, instance_id):
+    """One click to JupyterLab: only the owner, only while it runs."""
+    instance = _own_or_404(request, instance_id)
+    if instance.user_id != request.user.pk:
+        raise Http404("No such instance.")
+    if instance.status != InstanceStatus.RUNNING or not instance.jupyter_port:
+        messages.error(
+            request, f"JupyterLab opens once the instance is running; it is {instance.status}."
+        )
+        return redirect("instance", instance_id=instance.pk)
+    return HttpResponseRedirect(selectors.jupyter_url(instance))
+
+
+@login_required
+def api_keys(request):
+    form = ApiKeyForm(request.POST or None)
+    new_key = None
+    if request.method == "POST" and form.is_valid():
+        _, new_key = api_key_create(user=request.user, name=form.cleaned_data["name"])
+        form = ApiKeyForm()
+    keys = ApiKey.objects.filter(user=request.user)
+    return render(
+        request, "console/api_keys.html", {"form": form, "keys": keys, "new_key": new_key}
+    )
+
+
+@login_required
+@require_POST
+def api_key_revoke_view(request, key_id):
+    key = get_object_or_404(ApiKey, pk=key_id, user=request.user)
+    api_key_revoke(key=key, actor=request.user)
+    messages.success(request, f"Key {key.name} revoked.")
+    return redirect("api_keys")
+
+
+# --- staff ----------------------------------------------------------------------
+
+
+@staff_member_required
+def fleet(request):
+    return render(request, "console/fleet.html", selectors.fleet_context(now=timezone.now()))
+
+
+@staff_member_required
+def fleet_hosts(request):
+    return render(
+        request, "console/_fleet_tables.html", selectors.fleet_context(now=timezone.now())
+    )
+
+
+HOST_ACTIONS = {
+    "drain": HostStatus.DRAINING,
+    "maintenance": HostStatus.MAINTENANCE,
+    "activate": HostStatus.ACTIVE,
+}
+
+
+@staff_member_required
+@require_POST
+def fleet_host_action(request, host_id, action):
+    host = get_object_or_404(Host, pk=host_id)
+    status = HOST_ACTIONS.get(action)
+    if status is None:
+        raise Http404("No such action.")
+    host_set_status(host=host, status=status, actor=request.user, reason="fleet dashboard")
+    messages.success(request, f"Host {host.name} is now {status}.")
+    return redirect(reverse("fleet"))
+
+
+@staff_member_required
+@require_POST
+def fleet_instance_stop(request, instance_id):
+    instance = _own_or_404(request, instance_id)
+    try:
+        lifecycle.instance_stop(
+            instance=instance, actor=request.user, reason=f"stopped by staff ({request.user})"
+        )
+    except RentalError as exc:
+        messages.error(request, exc.message)
+    else:
+        audit_record(
+            action="instance.stop_by_staff",
+            actor=request.user,
+            obj=instance,
+            ip_address=request.META.get("REMOTE_ADDR"),
+        )
+        messages.success(request, f"Stopping {instance}.")
+    return redirect(reverse("fleet"))

@@ -80,3 +80,30 @@ def next_release(*, gpu_model: GPUModel, now: datetime) -> datetime | None:
 def instance_gpus(instance: Instance) -> list[GPU]:
     held = instance.allocations.filter(period__upper_inf=True).select_related("gpu")
     return sorted((a.gpu for a in held), key=lambda g: g.index)
+
+
+def instances_visible_to(*, user):
+    """Customers see their own instances; staff see all."""
+    qs = Instance.objects.select_related("host", "plan", "image", "gpu_model")
+    return qs if user.is_staff else qs.filter(user=user)
+
+
+def instance_visible_to(*, user, instance_id) -> Instance | None:
+    return instances_visible_to(user=user).filter(pk=instance_id).first()
+
+
+def running_seconds(*, instance: Instance, until: datetime) -> float:
+    """Seconds the instance has spent running (from its transition events) up to ``until``."""
+    total, since = 0.0, None
+    transitions = instance.events.filter(kind="transition", created_at__lte=until).order_by(
+        "created_at", "id"
+    )
+    for to_status, at in transitions.values_list("to_status", "created_at"):
+        if to_status == InstanceStatus.RUNNING and since is None:
+            since = at
+        elif to_status != InstanceStatus.RUNNING and since is not None:
+            total += (at - since).total_seconds()
+            since = None
+    if since is not None:
+        total += max(0.0, (until - since).total_seconds())
+    return total

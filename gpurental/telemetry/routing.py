@@ -1,3 +1,9 @@
-"""Websocket routes (the consumers come with the telemetry issue)."""
+"""Websocket routes."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from gpurental.telemetry.consumers import InstanceConsumer
+
+websocket_urlpatterns = [
+    path("ws/instances/<str:instance_id>/", InstanceConsumer.as_asgi()),
+]

@@ -81,7 +81,7 @@ def _uuids(containers: dict[str, str]) -> list[str]:
 
 def instance_mark_vanished(*, instance: Instance, state: str | None, now: datetime) -> None:
     # "stopped": the runtime still has the workspace, but no container runs.
-    what = "disappeared" if state in (None, "stopped") else f"is {state}"
+    what = "disappeared" if state in (None, "stopped", "removing") else f"is {state}"
     with transaction.atomic():
         instance = lifecycle._lock(instance)
         if instance.status != S.RUNNING:
