@@ -4,6 +4,8 @@ from django.utils import timezone
 from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
 from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory, UserFactory
 
+pytest_plugins = ["tests.stack"]  # fixtures for tests that need the whole running platform
+
 
 @pytest.fixture
 def alice(db):

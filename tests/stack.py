@@ -1,0 +1,83 @@
+"""The running platform for tests that need all of it: a Docker Engine, a control worker
+(a thread of the test process, on the test database) and a real host agent process.
+Docker is required under CI; elsewhere these tests skip and say why."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings as django_settings
+
+from gpurental.celery_app import app as control_app
+from gpurental.fleet.models import Host
+from gpurental.fleet.services import host_create
+from gpurental.testing.agent_process import AgentProcess, wait_for
+from tests.agent.conftest import JUPYTER_IMAGE, skip_unless_ci
+from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory
+
+READY_TIMEOUT = 15  # JupyterLab answers in about 3 s here; the "never answers" case waits this long
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    from gpurental.agent.runtimes import docker_problem
+
+    problem = docker_problem()
+    if problem:
+        skip_unless_ci(f"{problem}; start one with: sudo scripts/docker-engine.sh")
+    import docker
+
+    client = docker.from_env()
+    try:
+        client.images.get(JUPYTER_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{JUPYTER_IMAGE} is not built; run `make images`")
+    return client
+
+
+@pytest.fixture
+def control_worker(docker_client):
+    with control_app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("control")  # nothing left over from an earlier run
+    with start_worker(
+        control_app, pool="solo", perform_ping_check=False, queues=["control"], shutdown_timeout=30
+    ):
+        yield
+
+
+@pytest.fixture
+def catalog(db):
+    model = GPUModelFactory(
+        slug="a10g",
+        name="A10G 24GB",
+        short_name="A10G",
+        nvml_names=["NVIDIA A10G"],
+        memory_gb=24,
+        interconnect="pcie",
+        nvlink_bandwidth_gbs=0,
+    )
+    PlanFactory(gpu_model=model, gpu_count=1, vcpus=1, memory_gb=1, slug="a10g-x1")
+    return model, ImageTemplateFactory(image=JUPYTER_IMAGE)
+
+
+@pytest.fixture
+def agent(control_worker, catalog, tmp_path):
+    host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
+    agent = AgentProcess(
+        broker_url=django_settings.CELERY_BROKER_URL,
+        host_name=host.name,
+        token=token,
+        log_path=tmp_path / "agent.log",
+    )
+    agent.start()
+    wait_for(
+        lambda: Host.objects.get(pk=host.pk).gpus.count() == 2,
+        60,
+        "the agent's first heartbeat",
+        agent,
+    )
+    agent.host = host
+    yield agent
+    agent.stop()
