@@ -41,10 +41,26 @@ def docker_client():
 def control_worker(docker_client):
     with control_app.connection_for_write() as conn:
         conn.default_channel.queue_purge("control")  # nothing left over from an earlier run
-    with start_worker(
-        control_app, pool="solo", perform_ping_check=False, queues=["control"], shutdown_timeout=30
-    ):
-        yield
+    from celery.signals import task_postrun
+    from django.db import connection
+
+    def close_connection(**kwargs):
+        # Runs in the worker thread: its connection must not outlive the thread, or
+        # the test database cannot be dropped at the end of the run.
+        connection.close()
+
+    task_postrun.connect(close_connection, weak=False)
+    try:
+        with start_worker(
+            control_app,
+            pool="solo",
+            perform_ping_check=False,
+            queues=["control"],
+            shutdown_timeout=30,
+        ):
+            yield
+    finally:
+        task_postrun.disconnect(close_connection)
 
 
 @pytest.fixture
@@ -81,3 +97,77 @@ def agent(control_worker, catalog, tmp_path):
     agent.host = host
     yield agent
     agent.stop()
+
+
+def database_url(settings_dict: dict) -> str:
+    """A DATABASE_URL for the database the tests run on (pytest-django's test database)."""
+    from urllib.parse import quote
+
+    user = quote(settings_dict["USER"] or "")
+    password = quote(settings_dict["PASSWORD"] or "")
+    host, port, name = (
+        settings_dict["HOST"] or "",
+        settings_dict["PORT"] or "",
+        settings_dict["NAME"],
+    )
+    if host.startswith("/"):
+        return f"postgresql://{user}:{password}@/{name}?host={host}"
+    return f"postgresql://{user}:{password}@{host}{':' + port if port else ''}/{name}"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def web_server(agent, tmp_path):
+    """The real web process (Daphne: HTTP and websockets) on the test database."""
+    import os
+    import subprocess
+    import sys
+
+    import requests
+    from django.db import connection
+
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "REDIS_URL": django_settings.REDIS_URL,
+        "SECURE_COOKIES": "0",  # plain http on 127.0.0.1
+    }
+    log = open(tmp_path / "daphne.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(  # noqa: S603
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "gpurental.asgi:application",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return requests.get(f"{base}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(up, 60, "Daphne to serve /healthz")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()

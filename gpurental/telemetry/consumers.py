@@ -17,6 +17,7 @@ from gpurental.rentals.selectors import instance_visible_to
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+SNAPSHOT_EVENTS = 200
 
 
 class InstanceConsumer(AsyncJsonWebsocketConsumer):
@@ -54,4 +55,18 @@ def _snapshot(user, instance_id: str) -> dict | None:
     instance = instance_visible_to(user=user, instance_id=instance_id)
     if instance is None:
         return None
-    return {"status": instance.status, "reason": instance.status_reason}
+    events = list(instance.events.order_by("-created_at", "-id")[:SNAPSHOT_EVENTS])[::-1]
+    return {
+        "status": instance.status,
+        "reason": instance.status_reason,
+        "events": [
+            {
+                "kind": e.kind,
+                "status": e.to_status,
+                "step": e.step,
+                "reason": e.reason,
+                "at": e.created_at.isoformat(),
+            }
+            for e in events
+        ],
+    }

@@ -43,6 +43,9 @@
     socket.onmessage = function (message) {
       const data = JSON.parse(message.data);
       if (data.type === "snapshot") {
+        // Whatever happened before we subscribed: the snapshot rebuilds the timeline.
+        timeline.replaceChildren();
+        (data.events || []).forEach(addEvent);
         setStatus(data.status, data.reason);
       } else if (data.type === "event") {
         addEvent(data);

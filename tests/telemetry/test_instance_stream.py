@@ -50,7 +50,12 @@ def test_owner_gets_a_snapshot_then_live_events(alice, instance):
 
     connected, messages = _run(alice, f"/ws/instances/{instance.pk}/", then=progress)
     assert connected
-    assert messages[0] == {"type": "snapshot", "status": "pending", "reason": messages[0]["reason"]}
+    snapshot = messages[0]
+    assert (snapshot["type"], snapshot["status"]) == ("snapshot", "pending")
+    assert [(e["kind"], e["status"], e["step"]) for e in snapshot["events"]] == [
+        ("transition", "pending", ""),
+        ("progress", "", "queued"),
+    ]
     assert (messages[1]["type"], messages[1]["kind"], messages[1]["status"]) == (
         "event",
         "transition",

@@ -1,0 +1,129 @@
+"""A person's first session, in a real Chromium (Debian's, launched by path) against the
+real web process, control worker, host agent and Docker Engine:
+sign up → launch → live status reaches running without a reload → Open JupyterLab
+shows JupyterLab. Screenshots of the main pages go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.agent.conftest import skip_unless_ci
+
+pytestmark = [pytest.mark.browser, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(os.environ.get("ARTIFACTS_DIR", "artifacts")) / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        skip_unless_ci(f"no Chromium at {CHROMIUM}: apt-get install chromium")
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are safe.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    from django.db import connection
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+            # ORM calls made while Playwright runs use a connection of their own context;
+            # close it, or the test database cannot be dropped at the end.
+            connection.close()
+
+
+def shot(page, name):
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, catalog):
+    from gpurental.rentals.models import Instance
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+
+    page.goto(f"{web_server}/")
+    page.wait_for_selector("#catalog")
+    shot(page, "01-catalog")
+
+    page.click("text=Sign up")
+    page.fill("input[name=email]", "newcomer@example.com")
+    page.fill("input[name=password1]", "a-long-pass-phrase-7")
+    page.fill("input[name=password2]", "a-long-pass-phrase-7")
+    page.click("button:has-text('Sign up')")
+    page.wait_for_url("**/dashboard/")
+    assert "No instances yet" in page.content()
+    shot(page, "02-dashboard-empty")
+
+    page.click("a.button:has-text('Launch')")
+    page.wait_for_url("**/launch/")
+    assert "/hour" in page.inner_text("#estimate")
+    shot(page, "03-launch")
+    page.click("button:has-text('Launch')")
+    page.wait_for_url("**/instances/*/")
+
+    # Mark this document: if the page reloads, the mark is gone.
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_function("document.getElementById('live').textContent === 'live'")
+    page.wait_for_function(
+        "document.getElementById('status').textContent === 'Running'", timeout=90_000
+    )
+    assert page.evaluate("window.__sameDocument") is True
+    steps = page.inner_text("#timeline")
+    assert "waiting_for_jupyter" in steps and "creating" in steps
+    assert page.is_visible("#open-jupyter")
+    assert page.is_visible("button:has-text('Stop')") and not page.is_visible(
+        "button:has-text('Start')"
+    )
+    shot(page, "04-instance-running")
+
+    with context.expect_page() as new_tab:
+        page.click("#open-jupyter")
+    lab = new_tab.value
+    lab.wait_for_load_state()
+    lab.wait_for_selector("#jp-main-dock-panel, .jp-LabShell", timeout=60_000)
+    assert "JupyterLab" in lab.title()
+    shot(lab, "05-jupyterlab")
+
+    page.goto(f"{web_server}/dashboard/")
+    assert "Running" in page.inner_text("#instances")
+    shot(page, "06-dashboard")
+
+    instance = Instance.objects.get(user__email="newcomer@example.com")
+    assert instance.status == "running"
+    context.close()
+
+
+def test_staff_fleet_dashboard(browser, web_server, catalog, carol):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(f"{web_server}/login/")
+    page.fill("input[name=username]", carol.email)
+    page.fill("input[name=password]", "correct horse battery staple")
+    page.click("button:has-text('Log in')")
+    page.wait_for_url("**/dashboard/")
+    page.goto(f"{web_server}/staff/fleet/")
+    page.wait_for_selector("#hosts")
+    assert "e2e-" in page.inner_text("#hosts")
+    shot(page, "07-fleet")
+    context.close()
