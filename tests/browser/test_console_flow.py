@@ -35,9 +35,8 @@ def browser(monkeypatch):
         skip_unless_ci(f"no Chromium at {CHROMIUM}: apt-get install chromium")
     # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are safe.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
     from django.db import connection
+    from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
