@@ -41,7 +41,11 @@ def choose_runtime(config: AgentConfig):
         "base_dir": os.path.abspath(config.work_dir),
         "ready_timeout_s": config.ready_timeout,
     }
-    docker_kwargs = {"allow_pull": config.allow_pull, "ready_timeout_s": config.ready_timeout}
+    docker_kwargs = {
+        "allow_pull": config.allow_pull,
+        "ready_timeout_s": config.ready_timeout,
+        "host_name": config.host_name,
+    }
     if config.runtime == "process":
         return make_runtime("process", **process_kwargs), "process (GPURENTAL_RUNTIME=process)"
     problem = docker_problem()

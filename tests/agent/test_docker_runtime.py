@@ -224,3 +224,15 @@ def test_hf_cache_is_mounted_read_only(make_spec, tmp_path):
     assert hf["ReadOnly"] is True
     assert hf["Type"] == "bind"
     assert kwargs["environment"]["HF_HOME"] == "/models/huggingface"
+
+
+def test_agents_sharing_an_engine_see_only_their_own_instances(docker_runtime, make_spec, cleanup):
+    from gpurental.agent.runtimes.docker import DockerRuntime
+
+    alpha = DockerRuntime(client=docker_runtime.client, ready_timeout_s=60, host_name="alpha")
+    beta = DockerRuntime(client=docker_runtime.client, ready_timeout_s=60, host_name="beta")
+    spec = make_spec()
+    cleanup(alpha, spec.instance_id)
+    alpha.start(spec, lambda message: None)
+    assert alpha.list_instances().get(spec.instance_id) == "running"
+    assert spec.instance_id not in beta.list_instances()

@@ -44,6 +44,7 @@ GPU_SOURCES = ("nvml", "simulated")
 LABEL_INSTANCE = "gpurental.instance"
 LABEL_MANAGED = "gpurental.managed"
 LABEL_SPEC = "gpurental.spec"
+LABEL_HOST = "gpurental.host"
 
 # Address to probe when JupyterLab listens on every address.
 _WILDCARD_ADDRESSES = {"0.0.0.0", "::", ""}  # noqa: S104 (a comparison, not a bind)

@@ -24,6 +24,7 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 
 from .base import (
+    LABEL_HOST,
     LABEL_INSTANCE,
     LABEL_MANAGED,
     LABEL_SPEC,
@@ -50,8 +51,13 @@ def volume_name(instance_id: str) -> str:
     return f"gpurental-ws-{check_instance_id(instance_id)}"
 
 
-def instance_labels(instance_id: str) -> dict[str, str]:
-    return {LABEL_INSTANCE: instance_id, LABEL_MANAGED: "true"}
+def instance_labels(instance_id: str, host_name: str = "") -> dict[str, str]:
+    labels = {LABEL_INSTANCE: instance_id, LABEL_MANAGED: "true"}
+    if host_name:
+        # Several agents may share one engine (one machine, several names): each
+        # lists and reconciles only what it created.
+        labels[LABEL_HOST] = host_name
+    return labels
 
 
 def container_environment(spec: ContainerSpec) -> dict[str, str]:
@@ -70,7 +76,7 @@ def container_environment(spec: ContainerSpec) -> dict[str, str]:
     return env
 
 
-def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
     """Arguments for ``containers.create``: the whole hardening policy in one place."""
     mounts = [Mount(WORKSPACE, volume_name(spec.instance_id), type="volume")]
     if spec.hf_cache_dir:
@@ -85,7 +91,7 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "command": list(spec.command) or None,
         "name": container_name(spec.instance_id),
         "hostname": f"gpurental-{spec.instance_id[:8]}",
-        "labels": {**instance_labels(spec.instance_id), LABEL_SPEC: spec.fingerprint()},
+        "labels": {**instance_labels(spec.instance_id, host_name), LABEL_SPEC: spec.fingerprint()},
         "environment": container_environment(spec),
         "ports": {f"{spec.container_port}/tcp": (spec.bind_address,)},  # host port: any free
         "mounts": mounts,
@@ -125,6 +131,7 @@ class DockerRuntime:
         allow_pull: bool = False,
         ready_timeout_s: float = 120.0,
         stop_timeout_s: int = 10,
+        host_name: str = "",
     ) -> None:
         if client is None:
             with _engine_errors("connect"):
@@ -133,6 +140,7 @@ class DockerRuntime:
         self.allow_pull = allow_pull
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.host_name = host_name
 
     # --- images -----------------------------------------------------------
 
@@ -202,6 +210,8 @@ class DockerRuntime:
 
     def list_instances(self) -> dict[str, str]:
         managed = {"label": [f"{LABEL_MANAGED}=true"]}
+        if self.host_name:
+            managed["label"].append(f"{LABEL_HOST}={self.host_name}")
         with _engine_errors("list instances"):
             containers = self.client.containers.list(all=True, filters=managed)
             volumes = self.client.volumes.list(filters=managed)
@@ -237,7 +247,9 @@ class DockerRuntime:
             try:
                 self.client.volumes.get(name)
             except docker.errors.NotFound:
-                self.client.volumes.create(name, labels=instance_labels(instance_id))
+                self.client.volumes.create(
+                    name, labels=instance_labels(instance_id, self.host_name)
+                )
 
     def _create_and_start(self, spec: ContainerSpec, progress: Progress) -> Container:
         if spec.hf_cache_dir and not os.path.isdir(spec.hf_cache_dir):
@@ -249,7 +261,7 @@ class DockerRuntime:
         progress(f"creating container from {spec.image}")
         with _engine_errors(f"create the container of instance {spec.instance_id}"):
             try:
-                container = self.client.containers.create(**create_kwargs(spec))
+                container = self.client.containers.create(**create_kwargs(spec, self.host_name))
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:
                     raise
