@@ -1,0 +1,533 @@
+"""The ``gpurental`` command line: rent GPU containers from a terminal or a script.
+
+    gpurental login [--api-key KEY] [--url URL]
+    gpurental gpus
+    gpurental launch (--gpu MODEL [--count N] | --plan SLUG) --image SLUG
+                     [--name NAME] [--model-repo huggingface] [--wait | --no-wait]
+    gpurental ls [--status STATUS]
+    gpurental open ID [--print]
+    gpurental stop ID | start ID | restart ID
+    gpurental terminate ID [--yes]
+
+Every command takes --json: machine-readable JSON on stdout and nothing else there.
+Errors go to stderr as "gpurental: <message>". GPURENTAL_API_KEY and GPURENTAL_URL
+override what `gpurental login` saved (GPURENTAL_CONFIG names the file).
+
+Exit codes (scripts can rely on them):
+  0  ok
+  1  unexpected error
+  2  usage error (bad arguments, or input the server rejected)
+  3  authentication failed, permission denied, or no API key configured
+  4  not found
+  5  no capacity or quota exceeded
+  6  invalid state (the instance's status does not allow it)
+  7  launch failed (the instance ended failed or lost)
+  8  timeout
+  9  server unreachable
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import webbrowser
+from collections.abc import Callable, Sequence
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any, NoReturn
+
+from gpurental import __version__
+from gpurental.client import config
+from gpurental.client.client import Client
+from gpurental.client.errors import (
+    AuthenticationError,
+    ConnectionError,
+    GpuRentalError,
+    InvalidState,
+    LaunchFailed,
+    NoCapacity,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+    Timeout,
+    ValidationError,
+)
+from gpurental.client.models import STATUSES, Instance
+
+OK = 0
+UNEXPECTED = 1
+USAGE = 2
+AUTH = 3
+NOT_FOUND = 4
+NO_CAPACITY = 5
+INVALID_STATE = 6
+LAUNCH_FAILED = 7
+TIMEOUT = 8
+UNREACHABLE = 9
+INTERRUPTED = 130
+
+# First match wins, so subclasses come before their bases.
+EXIT_CODES: list[tuple[type[GpuRentalError] | tuple[type[GpuRentalError], ...], int]] = [
+    (ConnectionError, UNREACHABLE),
+    (Timeout, TIMEOUT),
+    (LaunchFailed, LAUNCH_FAILED),
+    (InvalidState, INVALID_STATE),
+    ((NoCapacity, QuotaExceeded), NO_CAPACITY),
+    (NotFound, NOT_FOUND),
+    ((AuthenticationError, PermissionDenied, config.ConfigError), AUTH),
+    (ValidationError, USAGE),
+]
+
+EXIT_CODES_HELP = "Exit codes" + (__doc__ or "").split("Exit codes", 1)[1]
+
+
+def exit_code_for(error: GpuRentalError) -> int:
+    for kinds, code in EXIT_CODES:
+        if isinstance(error, kinds):
+            return code
+    return UNEXPECTED
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"gpurental: {message}\n")
+
+
+class _UsageError(Exception):
+    """Arguments argparse accepts but that do not go together."""
+
+
+# Output
+
+
+def _say(text: str = "") -> None:
+    print(text, file=sys.stdout)
+
+
+def _warn(text: str) -> None:
+    print(f"gpurental: {text}", file=sys.stderr)
+
+
+def _json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(c) if c is not None else "-" for c in row] for row in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        _say("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _instance_line(instance: Instance) -> str:
+    line = f"instance {instance.id} ({instance.name or 'unnamed'}): {instance.status}"
+    if instance.status_reason:
+        line += f" ({instance.status_reason})"
+    return line
+
+
+class _Progress:
+    """Shows how a launch goes, on stderr: a spinner on a terminal, else one line a change."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.text = "launching"
+        self.started = time.monotonic()
+        self._last_line = ""
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def update(self, instance: Instance) -> None:
+        step = instance.latest_step
+        self.text = f"instance {instance.id}: {instance.status}" + (f" - {step}" if step else "")
+        if not self.tty and self.text != self._last_line:
+            self._last_line = self.text
+            print(self.text, file=self.stream, flush=True)
+
+    def _spin(self) -> None:
+        for frame in itertools.cycle(self.FRAMES):
+            elapsed = time.monotonic() - self.started
+            self.stream.write(f"\r\x1b[K{frame} {self.text} ({elapsed:.0f}s)")
+            self.stream.flush()
+            if self._done.wait(0.1):
+                break
+
+    def __enter__(self) -> _Progress:
+        if self.tty:
+            self._thread = threading.Thread(target=self._spin, name="gpurental-spinner")
+            self._thread.daemon = True
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+# Commands
+
+
+def _client() -> Client:
+    # Key and URL: environment first, then what `gpurental login` saved.
+    key, url = config.resolve()
+    if not key:
+        raise AuthenticationError("not logged in: run `gpurental login` or set GPURENTAL_API_KEY")
+    return Client(api_key=key, base_url=url)
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    interactive = sys.stdin.isatty()
+    try:
+        saved = config.load_config()
+    except config.ConfigError:
+        saved = {}  # logging in again is how a broken file gets fixed
+    url = args.url or os.environ.get(config.ENV_URL)
+    if not url:
+        url = saved.get("url") or config.DEFAULT_URL
+        if interactive:
+            url = _ask(f"Server URL [{url}]: ") or url
+    key = args.api_key or os.environ.get(config.ENV_API_KEY)
+    if not key:
+        # Reading the key from a prompt or stdin keeps it out of argv and shell history.
+        if interactive:
+            key = getpass.getpass("API key: ", stream=sys.stderr)
+        else:
+            key = sys.stdin.readline()
+        key = key.strip()
+    if not key:
+        raise _UsageError("no API key given (--api-key, GPURENTAL_API_KEY, prompt or stdin)")
+    with Client(api_key=key, base_url=url) as client:
+        try:
+            me = client.me()
+        except AuthenticationError as exc:
+            raise AuthenticationError(
+                f"the server at {client.base_url} refused this API key: {exc.message}",
+                status=exc.status,
+                code=exc.code,
+            ) from exc
+        path = config.save_config({"url": client.base_url, "api_key": key})
+    email = me.get("email", "")
+    if args.json:
+        _json({"url": client.base_url, "email": email, "config": str(path)})
+    else:
+        _say(f"Logged in to {client.base_url} as {email}; saved to {path}")
+    return OK
+
+
+def _ask(prompt: str) -> str:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return sys.stdin.readline().strip()
+
+
+def _model_keys(model: dict[str, Any]) -> set[str]:
+    return {str(model[k]) for k in ("slug", "short_name", "name") if model.get(k)}
+
+
+def _plan_model_key(plan: dict[str, Any]) -> str | None:
+    value = plan.get("gpu_model")
+    if isinstance(value, dict):
+        value = value.get("slug") or value.get("short_name") or value.get("name")
+    return str(value) if value else None
+
+
+def _per_gpu_rate(plan: dict[str, Any]) -> Decimal | None:
+    try:
+        rate = Decimal(str(plan["hourly_rate"]))
+        count = int(plan.get("gpu_count") or 1)
+    except (KeyError, InvalidOperation, ValueError):
+        return None
+    # Shown with the places the server uses for rates; rounded once, here, for display.
+    places = Decimal(1).scaleb(min(rate.as_tuple().exponent, -2))
+    return (rate / count).quantize(places, rounding=ROUND_HALF_UP)
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    with _client() as client:
+        models = client.gpu_models()
+        plans = client.plans()
+    rows = []
+    for model in models:
+        keys = _model_keys(model)
+        priced = [
+            (rate, plan.get("currency") or "")
+            for plan in plans
+            if _plan_model_key(plan) in keys and (rate := _per_gpu_rate(plan)) is not None
+        ]
+        rate, currency = min(priced, key=lambda p: p[0]) if priced else (None, "")
+        rows.append(
+            {
+                **model,
+                "price_per_gpu_hour": str(rate) if rate is not None else None,
+                "price_currency": currency or None,
+            }
+        )
+    if args.json:
+        _json(rows)
+        return OK
+    _table(
+        ["GPU", "NAME", "MEMORY", "INTERCONNECT", "FREE", "PRICE/GPU-HOUR"],
+        [
+            [
+                row.get("short_name") or row.get("slug"),
+                row.get("name"),
+                f"{row['memory_gb']} GB" if row.get("memory_gb") is not None else None,
+                row.get("interconnect") or None,
+                f"{row.get('gpus_free', '?')}/{row.get('gpus_total', '?')}",
+                f"from {row['price_per_gpu_hour']} {row['price_currency'] or ''}".rstrip()
+                if row["price_per_gpu_hour"]
+                else None,
+            ]
+            for row in rows
+        ],
+    )
+    return OK
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    if args.plan and args.count is not None:
+        raise _UsageError("--count goes with --gpu; a plan fixes the GPU count")
+    with _client() as client:
+        instance = client.create_instance(
+            gpu_type=args.gpu,
+            framework=args.image,
+            model_repo=args.model_repo,
+            gpu_count=args.count or 1,
+            plan=args.plan,
+            name=args.name,
+        )
+        if not args.wait:
+            if args.json:
+                _json(instance.raw)
+            else:
+                _say(_instance_line(instance))
+            return OK
+        try:
+            with _Progress(sys.stderr) as progress:
+                url = instance.connect(timeout=args.timeout, on_progress=progress.update)
+        except KeyboardInterrupt:
+            _warn(f"stopped waiting; instance {instance.id} keeps launching (see `gpurental ls`)")
+            return INTERRUPTED
+        except Timeout as exc:
+            raise Timeout(
+                f"{exc.message}; it may still start: `gpurental ls`, "
+                f"or `gpurental terminate {instance.id}`",
+                instance=instance,
+            ) from exc
+    if args.json:
+        _json(instance.raw)
+    else:
+        _say(url)
+    return OK
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with _client() as client:
+        instances = client.list_instances(status=args.status)
+    if args.json:
+        _json([i.raw for i in instances])
+        return OK
+    _table(
+        ["ID", "NAME", "STATUS", "GPUS", "HOST", "CREATED"],
+        [
+            [
+                i.id,
+                i.name or None,
+                i.status,
+                f"{i.gpu_count}x {i.gpu_model}" if i.gpu_model else None,
+                i.host,
+                i.created_at.astimezone().strftime("%Y-%m-%d %H:%M") if i.created_at else None,
+            ]
+            for i in instances
+        ],
+    )
+    return OK
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    with _client() as client:
+        instance = client.get_instance(args.id)
+    if instance.status != "running":
+        hint = (
+            f"; start it with `gpurental start {instance.id}`"
+            if instance.status == "stopped"
+            else ""
+        )
+        raise InvalidState(
+            f"instance {instance.id} is {instance.status}, not running{hint}", code="invalid_state"
+        )
+    if not instance.jupyter_url:
+        raise PermissionDenied(f"only the owner of instance {instance.id} sees its JupyterLab URL")
+    if args.json:
+        _json({"id": instance.id, "jupyter_url": instance.jupyter_url})
+        return OK
+    _say(instance.jupyter_url)
+    if not args.print:
+        webbrowser.open(instance.jupyter_url)
+    return OK
+
+
+def _action(name: str) -> Callable[[argparse.Namespace], int]:
+    def command(args: argparse.Namespace) -> int:
+        with _client() as client:
+            instance = getattr(client, name)(args.id)
+        if args.json:
+            _json(instance.raw)
+        else:
+            _say(_instance_line(instance))
+        return OK
+
+    command.__name__ = f"cmd_{name}"
+    return command
+
+
+def cmd_terminate(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise _UsageError("terminating deletes the instance's /workspace; pass --yes")
+            instance = client.get_instance(args.id)
+            answer = _ask(
+                f"Terminate instance {instance.id} ({instance.name or 'unnamed'}, "
+                f"{instance.status})? Its /workspace volume is deleted. [y/N] "
+            )
+            if answer.lower() not in ("y", "yes"):
+                _warn("not terminated")
+                return UNEXPECTED
+        instance = client.terminate(args.id)
+    if args.json:
+        _json(instance.raw)
+    else:
+        _say(_instance_line(instance))
+    return OK
+
+
+# Parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpurental",
+        description="Rent GPU containers with JupyterLab from a gpurental server.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gpurental {__version__}")
+    parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    # SUPPRESS: a subcommand's default must not undo `gpurental --json ls`.
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str) -> Any:
+        p = sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            parents=[common],
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("login", cmd_login, "check an API key against a server and save both")
+    p.add_argument("--api-key", help="API key (gpr_…); prompted for, or read from stdin")
+    p.add_argument("--url", help=f"server URL (default {config.DEFAULT_URL})")
+
+    command("gpus", cmd_gpus, "GPU models: free/total and the lowest price per GPU-hour")
+
+    p = command("launch", cmd_launch, "launch an instance and print its JupyterLab URL")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--gpu", metavar="MODEL", help="GPU model short name or slug (A10G)")
+    what.add_argument("--plan", metavar="SLUG", help="a plan (fixes GPU model and count)")
+    p.add_argument("--count", type=_positive_int, help="GPUs, with --gpu (default 1)")
+    p.add_argument("--image", required=True, metavar="SLUG", help="image (pytorch-2.1)")
+    p.add_argument("--name", help="a name to tell instances apart")
+    p.add_argument(
+        "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"
+    )
+    p.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait until JupyterLab answers, then print its URL (default: wait)",
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait (default 600)")
+
+    p = command("ls", cmd_ls, "list your instances")
+    p.add_argument("--status", choices=STATUSES)
+
+    p = command("open", cmd_open, "print an instance's JupyterLab URL and open a browser")
+    p.add_argument("id")
+    p.add_argument("--print", action="store_true", help="only print the URL (so does --json)")
+
+    for name, text in (
+        ("stop", "stop an instance (its /workspace is kept)"),
+        ("start", "start a stopped instance again"),
+        ("restart", "restart an instance"),
+    ):
+        command(name, _action(name), text).add_argument("id")
+
+    p = command("terminate", cmd_terminate, "terminate an instance and delete its /workspace")
+    p.add_argument("id")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return number
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else USAGE
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return USAGE
+    try:
+        return args.handler(args)
+    except _UsageError as exc:
+        _warn(str(exc))
+        return USAGE
+    except GpuRentalError as exc:
+        _warn(str(exc))
+        return exit_code_for(exc)
+    except KeyboardInterrupt:
+        _warn("interrupted")
+        return INTERRUPTED
+    except BrokenPipeError:
+        # `gpurental ls | head` closed stdout early: not worth a traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+    except Exception as exc:
+        _warn(f"unexpected error: {exc!r} (GPURENTAL_DEBUG=1 shows the traceback)")
+        if os.environ.get("GPURENTAL_DEBUG"):
+            traceback.print_exc()
+        return UNEXPECTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""``Client``: the gpurental REST API (``/api/v1/``) over ``requests``.
+
+Retries are bounded and only where repeating cannot do harm: GETs, and POSTs, which
+carry an ``Idempotency-Key`` generated once per call and sent again on every retry,
+so the server runs a retried launch once.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import requests
+
+from gpurental import __version__
+from gpurental.client import config
+from gpurental.client.errors import (
+    AuthenticationError,
+    Conflict,
+    ConnectionError,
+    GpuRentalError,
+    InvalidState,
+    NoCapacity,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+    RateLimited,
+    ServerError,
+    Timeout,
+    ValidationError,
+)
+from gpurental.client.models import Instance
+
+USER_AGENT = f"gpurental-client/{__version__}"
+# Answers that mean "try again shortly": a proxy or the server is restarting or busy.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+IN_PROGRESS = "idempotency_key_in_progress"
+CONFLICTS = {
+    "no_capacity": NoCapacity,
+    "quota_exceeded": QuotaExceeded,
+    "invalid_state": InvalidState,
+}
+ERRORS_BY_STATUS = {
+    400: ValidationError,
+    401: AuthenticationError,
+    403: PermissionDenied,
+    404: NotFound,
+    409: Conflict,
+    422: ValidationError,
+}
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+class Client:
+    """A connection to one gpurental server with one API key.
+
+    ``api_key`` and ``base_url`` default to ``GPURENTAL_API_KEY`` / ``GPURENTAL_URL``,
+    then to what ``gpurental login`` saved. ``timeout`` bounds each HTTP request;
+    ``max_retries`` bounds retries after connection errors, 502/503/504 and 429;
+    a ``Retry-After`` longer than ``max_retry_wait`` seconds is not waited for
+    (``RateLimited`` is raised with ``retry_after`` set).
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        max_retry_wait: float = 30.0,
+        backoff: float = 0.5,
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        key, url = config.resolve(api_key, base_url)
+        if not key:
+            raise AuthenticationError(
+                "no API key: pass api_key=, set GPURENTAL_API_KEY or run `gpurental login`"
+            )
+        self.base_url = url.rstrip("/")
+        root = self.base_url if self.base_url.endswith("/api/v1") else f"{self.base_url}/api/v1"
+        self._api_root = f"{root}/"
+        self._api_key = key
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_retry_wait = max_retry_wait
+        self.backoff = backoff
+        self._session = session or requests.Session()
+        self._sleep = sleep or _sleep
+        self._clock = clock or time.monotonic
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # Instances
+
+    def create_instance(
+        self,
+        *,
+        gpu_type: str | None = None,
+        framework: str,
+        model_repo: str | None = None,
+        gpu_count: int = 1,
+        plan: str | None = None,
+        name: str | None = None,
+    ) -> Instance:
+        """Launch an instance and return it (``pending``); ``connect()`` waits for it.
+
+        ``gpu_type`` is a GPU model's short name or slug ("A10G") and ``gpu_count`` how
+        many; or ``plan`` names a plan, which fixes both. ``framework`` is an image
+        template's slug ("pytorch-2.1"). ``model_repo="huggingface"`` mounts the host's
+        shared Hugging Face cache.
+        """
+        if plan and gpu_type:
+            raise ValueError("pass either gpu_type= (with gpu_count=) or plan=, not both")
+        if plan and gpu_count != 1:
+            raise ValueError("a plan fixes the GPU count; leave gpu_count= out")
+        if not plan and not gpu_type:
+            raise ValueError("pass gpu_type= (for example 'A10G') or plan=")
+        body: dict[str, Any] = {"image": framework}
+        if plan:
+            body["plan"] = plan
+        else:
+            body["gpu_model"] = gpu_type
+            body["gpu_count"] = gpu_count
+        if name:
+            body["name"] = name
+        if model_repo:
+            body["model_repo"] = model_repo
+        return self._instance(self._request("POST", "instances/", json_body=body))
+
+    def list_instances(self, status: str | None = None) -> list[Instance]:
+        params = {"status": status} if status else None
+        return [self._instance(data) for data in self._list("instances/", params)]
+
+    def get_instance(self, instance_id: Any) -> Instance:
+        return self._instance(self._get_json(f"instances/{self._quote(instance_id)}/"))
+
+    def stop(self, instance_id: Any) -> Instance:
+        return self._instance(self._action(instance_id, "stop"))
+
+    def start(self, instance_id: Any) -> Instance:
+        return self._instance(self._action(instance_id, "start"))
+
+    def restart(self, instance_id: Any) -> Instance:
+        return self._instance(self._action(instance_id, "restart"))
+
+    def terminate(self, instance_id: Any) -> Instance:
+        return self._instance(self._action(instance_id, "terminate"))
+
+    # Catalog and account: the API's dicts as they come.
+
+    def gpu_models(self) -> list[dict[str, Any]]:
+        return self._list("gpu-models/")
+
+    def plans(self) -> list[dict[str, Any]]:
+        return self._list("plans/")
+
+    def images(self) -> list[dict[str, Any]]:
+        return self._list("images/")
+
+    def me(self) -> dict[str, Any]:
+        return self._get_json("me/")
+
+    # Plumbing
+
+    def _instance(self, data: Any) -> Instance:
+        if not isinstance(data, dict):
+            raise GpuRentalError(f"the server at {self.base_url} sent no instance")
+        return Instance.from_api(data, client=self)
+
+    def _action(self, instance_id: Any, action: str) -> Any:
+        return self._request("POST", f"instances/{self._quote(instance_id)}/{action}/")
+
+    @staticmethod
+    def _quote(instance_id: Any) -> str:
+        if isinstance(instance_id, Instance):
+            instance_id = instance_id.id
+        return quote(str(instance_id), safe="")
+
+    def _get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self._request("GET", path, params=params)
+
+    def _list(self, path: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """A plain list, or every page of a ``{"results": [...], "next": url}`` list."""
+        data = self._get_json(path, params)
+        if isinstance(data, list):
+            return data
+        if not isinstance(data, dict) or "results" not in data:
+            raise GpuRentalError(f"the server at {self.base_url} sent no list for {path}")
+        items = list(data["results"])
+        seen: set[str] = set()
+        while data.get("next") and data["next"] not in seen:
+            seen.add(data["next"])
+            data = self._get_json(data["next"])
+            items.extend(data.get("results") or [])
+        return items
+
+    def _url(self, path: str) -> str:
+        if not path.startswith(("http://", "https://")):
+            return self._api_root + path.lstrip("/")
+        # A "next" link is absolute. Send it to our own origin only: a server behind a
+        # proxy may name itself differently, and the API key must not go anywhere else.
+        base, link = urlsplit(self._api_root), urlsplit(path)
+        return urlunsplit((base.scheme, base.netloc, link.path, link.query, ""))
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json_body: Any = None,
+    ) -> Any:
+        url = self._url(path)
+        headers = {
+            "Authorization": f"Bearer {self._api_key}",
+            "User-Agent": USER_AGENT,
+            "Accept": "application/json",
+        }
+        if method == "POST":
+            # One key per call, the same on every retry: the server does the work once.
+            headers["Idempotency-Key"] = str(uuid.uuid4())
+        attempt = 0
+        while True:
+            try:
+                response = self._session.request(
+                    method,
+                    url,
+                    params=params,
+                    json=json_body,
+                    headers=headers,
+                    timeout=(min(10.0, self.timeout), self.timeout),
+                )
+            except requests.exceptions.SSLError as exc:
+                raise ConnectionError(
+                    f"TLS failed with the gpurental server at {self.base_url}: {exc}"
+                ) from exc
+            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+                if attempt < self.max_retries:
+                    self._sleep(self._backoff(attempt))
+                    attempt += 1
+                    continue
+                if isinstance(exc, requests.exceptions.ReadTimeout):
+                    raise Timeout(
+                        f"the gpurental server at {self.base_url} did not answer "
+                        f"{method} {path} within {self.timeout:g}s"
+                    ) from exc
+                raise ConnectionError(
+                    f"cannot reach the gpurental server at {self.base_url}: {_reason(exc)}"
+                ) from exc
+            if attempt < self.max_retries and _retryable(response):
+                wait = _retry_after(response)
+                if wait is None:
+                    wait = self._backoff(attempt)
+                if wait <= self.max_retry_wait:
+                    self._sleep(wait)
+                    attempt += 1
+                    continue
+            return self._answer(response)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.backoff * 2**attempt, 8.0)
+
+    def _answer(self, response: requests.Response) -> Any:
+        status = response.status_code
+        if 200 <= status < 300:
+            if status == 204 or not response.content:
+                return None
+            try:
+                return response.json()
+            except ValueError:
+                raise GpuRentalError(
+                    f"{response.url} answered {status} with something other than JSON; "
+                    f"is {self.base_url} a gpurental server?",
+                    status=status,
+                ) from None
+        raise _error_from(response)
+
+
+def _retryable(response: requests.Response) -> bool:
+    if response.status_code in RETRY_STATUSES:
+        return True
+    # A retried POST whose first try the server is still running (our read timed out):
+    # the server answers this and the first try's result once it is done.
+    return response.status_code == 409 and _error_code(response) == IN_PROGRESS
+
+
+def _error_code(response: requests.Response) -> str | None:
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error.get("code") if isinstance(error, dict) else None
+
+
+def _error_from(response: requests.Response) -> GpuRentalError:
+    """The typed error for an API error answer ``{"error": {code, message, fields}}``."""
+    status = response.status_code
+    code = message = None
+    fields: dict[str, list[str]] = {}
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            message = error.get("message")
+            fields = _fields(error.get("fields"))
+        elif "detail" in body:  # DRF's default shape, should a view bypass ours
+            message = str(body["detail"])
+        else:
+            fields = _fields(body)
+    if not message:
+        message = f"{response.request.method} {response.url} answered {status} {response.reason}"
+    kwargs: dict[str, Any] = {"status": status, "code": code, "fields": fields}
+    if status == 429:
+        return RateLimited(message, retry_after=_retry_after(response), **kwargs)
+    if status == 409:
+        return CONFLICTS.get(code or "", Conflict)(message, **kwargs)
+    if status >= 500:
+        return ServerError(message, **kwargs)
+    return ERRORS_BY_STATUS.get(status, GpuRentalError)(message, **kwargs)
+
+
+def _fields(value: Any) -> dict[str, list[str]]:
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(name): [str(m) for m in messages] if isinstance(messages, list) else [str(messages)]
+        for name, messages in value.items()
+    }
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """Seconds from a ``Retry-After`` header (seconds or an HTTP date), else ``None``."""
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _reason(exc: Exception) -> str:
+    # urllib3 buries the useful part ("Connection refused") deep in a long repr.
+    match = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+    if match:
+        return match.group(1).strip()
+    return "connection timed out" if isinstance(exc, requests.exceptions.Timeout) else str(exc)

@@ -1,0 +1,214 @@
+"""What the SDK hands back: an ``Instance`` with methods, and its events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from gpurental.client.errors import GpuRentalError, InvalidState, LaunchFailed, Timeout
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpurental.client.client import Client
+
+STATUSES = (
+    "pending",
+    "provisioning",
+    "running",
+    "stopping",
+    "stopped",
+    "terminating",
+    "terminated",
+    "failed",
+    "lost",
+)
+# Statuses an instance never leaves on its own: waiting for anything else is over.
+FAILED_STATUSES = ("failed", "lost")
+TERMINATED = "terminated"
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+
+
+def _gpu_model_name(value: Any) -> str | None:
+    # The API may name the model by a string or nest the model object.
+    if isinstance(value, dict):
+        return value.get("short_name") or value.get("slug") or value.get("name")
+    return value
+
+
+@dataclass
+class InstanceEvent:
+    """One transition of an instance, as the API's detail view lists it."""
+
+    at: datetime | None
+    kind: str
+    from_status: str | None
+    to_status: str | None
+    step: str
+    reason: str
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> InstanceEvent:
+        return cls(
+            at=_parse_time(data.get("at")),
+            kind=data.get("kind") or "",
+            from_status=data.get("from_status"),
+            to_status=data.get("to_status"),
+            step=data.get("step") or "",
+            reason=data.get("reason") or "",
+        )
+
+
+@dataclass
+class Instance:
+    """A rented GPU container. ``raw`` keeps the API's dict, fields the SDK knows aside.
+
+    Methods call the server through the client that fetched the instance and update
+    this object in place.
+    """
+
+    id: Any
+    name: str
+    status: str
+    status_reason: str
+    gpu_model: str | None
+    gpu_count: int
+    plan: str | None
+    image: str | None
+    host: str | None
+    gpu_indices: list[int]
+    created_at: datetime | None
+    running_since: datetime | None
+    stopped_at: datetime | None
+    jupyter_url: str | None
+    events: list[InstanceEvent]
+    raw: dict[str, Any] = field(repr=False)
+    _client: Client | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any], client: Client | None = None) -> Instance:
+        return cls(**cls._fields_from(data), raw=data, _client=client)
+
+    @staticmethod
+    def _fields_from(data: dict[str, Any]) -> dict[str, Any]:
+        plan = data.get("plan")
+        image = data.get("image")
+        host = data.get("host")
+        return {
+            "id": data.get("id"),
+            "name": data.get("name") or "",
+            "status": data.get("status") or "",
+            "status_reason": data.get("status_reason") or "",
+            "gpu_model": _gpu_model_name(data.get("gpu_model")),
+            "gpu_count": data.get("gpu_count") or 0,
+            "plan": plan.get("slug") if isinstance(plan, dict) else plan,
+            "image": image.get("slug") if isinstance(image, dict) else image,
+            "host": host.get("name") if isinstance(host, dict) else host,
+            "gpu_indices": list(data.get("gpu_indices") or []),
+            "created_at": _parse_time(data.get("created_at")),
+            "running_since": _parse_time(data.get("running_since")),
+            "stopped_at": _parse_time(data.get("stopped_at")),
+            "jupyter_url": data.get("jupyter_url") or None,
+            "events": [InstanceEvent.from_api(e) for e in data.get("events") or []],
+        }
+
+    def _update(self, data: dict[str, Any]) -> Instance:
+        for name, value in self._fields_from(data).items():
+            setattr(self, name, value)
+        self.raw = data
+        return self
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise GpuRentalError("this Instance is not bound to a Client")
+        return self._client
+
+    @property
+    def latest_step(self) -> str:
+        """What the platform is doing now, from the newest event ("pulling image")."""
+        for event in reversed(self.events):
+            if event.step or event.reason:
+                return event.step or event.reason
+        return ""
+
+    def refresh(self) -> Instance:
+        return self._update(self.client._get_json(f"instances/{self.client._quote(self.id)}/"))
+
+    def stop(self) -> Instance:
+        return self._update(self.client._action(self.id, "stop"))
+
+    def start(self) -> Instance:
+        return self._update(self.client._action(self.id, "start"))
+
+    def restart(self) -> Instance:
+        return self._update(self.client._action(self.id, "restart"))
+
+    def terminate(self) -> Instance:
+        return self._update(self.client._action(self.id, "terminate"))
+
+    def wait_until(
+        self,
+        status: str,
+        timeout: float = 600,
+        poll: float = 1.0,
+        on_progress: Callable[[Instance], None] | None = None,
+    ) -> Instance:
+        """Poll until the instance reaches ``status``; return it.
+
+        Raises ``LaunchFailed`` when it ends ``failed`` or ``lost`` instead (with the
+        server's reason), ``InvalidState`` when it is ``terminated`` instead, and
+        ``Timeout`` after ``timeout`` seconds. ``on_progress(instance)`` is called
+        after every poll.
+        """
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+        client = self.client
+        deadline = client._clock() + timeout
+        while True:
+            self.refresh()
+            if on_progress is not None:
+                on_progress(self)
+            if self.status == status:
+                return self
+            if self.status in FAILED_STATUSES:
+                reason = self.status_reason or "no reason given"
+                raise LaunchFailed(f"instance {self.id} is {self.status}: {reason}", instance=self)
+            if self.status == TERMINATED:
+                raise InvalidState(
+                    f"instance {self.id} was terminated while waiting for {status}",
+                    code="invalid_state",
+                )
+            remaining = deadline - client._clock()
+            if remaining <= 0:
+                raise Timeout(
+                    f"instance {self.id} is still {self.status} after {timeout:g}s "
+                    f"(waited for {status})",
+                    instance=self,
+                )
+            client._sleep(min(poll, remaining))
+
+    def connect(
+        self,
+        timeout: float = 600,
+        poll: float = 1.0,
+        on_progress: Callable[[Instance], None] | None = None,
+    ) -> str:
+        """Wait until the instance runs and return its JupyterLab URL."""
+        self.wait_until("running", timeout=timeout, poll=poll, on_progress=on_progress)
+        if not self.jupyter_url:
+            # The API shows the URL to the instance's owner only.
+            raise GpuRentalError(
+                f"instance {self.id} is running but the server sent no JupyterLab URL "
+                "(only the instance's owner sees it)"
+            )
+        return self.jupyter_url
