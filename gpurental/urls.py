@@ -11,5 +11,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/", include("gpurental.api.urls")),
+    path("", include("gpurental.telemetry.urls")),
+    path("billing/", include("gpurental.billing.urls")),
     path("", include("gpurental.console.urls")),
 ]

@@ -66,3 +66,15 @@ def sent(monkeypatch):
 
     monkeypatch.setattr(hostcalls.app, "send_task", record)
     return messages
+
+
+@pytest.fixture(autouse=True)
+def balance_enforced(settings):
+    """Launches need credit only where a test asks for it (tests/billing and some API tests do)."""
+    settings.BILLING_ENFORCE_BALANCE = False
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    # Real hashing costs ~0.35 s per user; tests create hundreds. Production keeps PBKDF2.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,7 +1,27 @@
-from django.urls import path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from gpurental.api import views
+from gpurental.api.errors import not_found
+
+router = DefaultRouter()
+router.include_format_suffixes = False  # JSON only: no /instances.json variants
+router.register("gpu-models", views.GPUModelViewSet, basename="gpu-model")
+router.register("plans", views.PlanViewSet, basename="plan")
+router.register("images", views.ImageViewSet, basename="image")
+router.register("instances", views.InstanceViewSet, basename="instance")
+router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
+
+v1 = [
+    path("me/", views.MeView.as_view(), name="me"),
+    *router.urls,
+]
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("v1/", include((v1, "api"), namespace="api")),
+    # Last: anything else under /api/ is a JSON 404 in the API's error shape.
+    re_path(r"^[\s\S]*$", not_found, name="api-not-found"),  # newlines too
 ]

@@ -30,7 +30,7 @@ class Charge(models.Model):
     rate_kind = models.CharField(max_length=16, choices=RateKind.choices)
     gpu_count = models.PositiveSmallIntegerField()
     hourly_rate = models.DecimalField(
-        max_digits=10, decimal_places=4, help_text="Plan rate after discount"
+        max_digits=16, decimal_places=8, help_text="Plan rate after discount (exact)"
     )
     amount = models.DecimalField(max_digits=12, decimal_places=6)
     created_at = models.DateTimeField(default=timezone.now)
@@ -119,7 +119,11 @@ class InvoiceStatus(models.TextChoices):
 
 
 class Invoice(models.Model):
-    """A monthly invoice. Numbered without gaps when issued; immutable from then on."""
+    """A monthly invoice. Numbered without gaps when issued; immutable from then on.
+
+    The database enforces it (migration 0004): once issued, only the status moves
+    (issued → paid, issued → void, with their timestamps), and lines are frozen.
+    """
 
     class Kind(models.TextChoices):
         INVOICE = "invoice", "Invoice"
@@ -143,6 +147,7 @@ class Invoice(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     issued_at = models.DateTimeField(null=True, blank=True)
     paid_at = models.DateTimeField(null=True, blank=True)
+    voided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-period_start", "-id"]
@@ -156,9 +161,10 @@ class Invoice(models.Model):
                 | (Q(number__isnull=False) & Q(issued_at__isnull=False)),
                 name="invoice_issued_has_number",
             ),
+            # A void invoice may be replaced by a new one for the same month.
             models.UniqueConstraint(
                 fields=["user", "period_start"],
-                condition=Q(kind="invoice"),
+                condition=Q(kind="invoice") & ~Q(status="void"),
                 name="invoice_one_per_user_month",
             ),
         ]
@@ -190,3 +196,20 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return self.description
+
+
+class InvoiceCounter(models.Model):
+    """The last number given in one series and year. Issuing locks this row, so numbers
+    come without gaps (a sequence would skip the numbers of rolled-back transactions)."""
+
+    series = models.CharField(max_length=8)
+    year = models.PositiveSmallIntegerField()
+    last = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["series", "year"], name="invoicecounter_one_per_year")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.series}-{self.year}: {self.last}"

@@ -1,14 +1,110 @@
-"""Reads: balances."""
+"""Reads: balances, the low-balance warning, usage reports."""
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
-from django.db.models import Sum
+from django.conf import settings
+from django.db.models import DecimalField, ExpressionWrapper, F, Func, Sum
+from django.db.models.functions import TruncDate
 
 from gpurental.accounts.models import User
-from gpurental.billing.models import LedgerEntry
+from gpurental.billing.models import Charge, Invoice, InvoiceStatus, LedgerEntry
+from gpurental.rentals.models import Instance, InstanceStatus
+
+# Instances that cost money now or are about to: the balance must carry them.
+ACTIVE = (InstanceStatus.PENDING, InstanceStatus.PROVISIONING, InstanceStatus.RUNNING)
+
+
+def operator_zone() -> ZoneInfo:
+    """The zone off-peak windows and invoice months are in (settings.TIME_ZONE)."""
+    return ZoneInfo(settings.TIME_ZONE)
 
 
 def balance_of(*, user: User) -> Decimal:
     return LedgerEntry.objects.filter(user=user).aggregate(total=Sum("amount"))["total"] or Decimal(
         "0"
     )
+
+
+def hourly_burn_of(*, user: User) -> Decimal:
+    """What the user's active instances cost per hour at the full (peak) rate."""
+    return Instance.objects.filter(user=user, status__in=ACTIVE).aggregate(
+        rate=Sum("plan__hourly_rate")
+    )["rate"] or Decimal("0")
+
+
+@dataclass(frozen=True)
+class BalanceStatus:
+    balance: Decimal
+    credit_limit: Decimal
+    hourly_burn: Decimal
+    hours_left: Decimal | None  # at the current burn; None when nothing runs
+    low: bool  # show the customer a warning
+
+
+def balance_status(*, user: User) -> BalanceStatus:
+    """The low-balance flag: nothing left to spend, or less than
+    ``BILLING_LOW_BALANCE_HOURS`` of what is running now."""
+    balance = balance_of(user=user)
+    burn = hourly_burn_of(user=user)
+    available = balance + user.credit_limit
+    hours_left = max(available, Decimal(0)) / burn if burn else None
+    low = available <= 0 or (
+        hours_left is not None and hours_left < settings.BILLING_LOW_BALANCE_HOURS
+    )
+    return BalanceStatus(balance, user.credit_limit, burn, hours_left, low)
+
+
+class EpochSeconds(Func):
+    """Seconds of a PostgreSQL interval, exactly (numeric)."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)"
+    output_field = DecimalField(max_digits=20, decimal_places=6)
+
+
+def charge_seconds() -> ExpressionWrapper:
+    return ExpressionWrapper(
+        EpochSeconds(F("period_end") - F("period_start")),
+        output_field=DecimalField(max_digits=20, decimal_places=6),
+    )
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    day: date
+    instance_id: str
+    instance_name: str
+    plan: str
+    gpu_hours: Decimal
+    cost: Decimal  # unrounded (6 places, the charges' own)
+
+
+def usage_by_day(*, user: User, start: datetime, end: datetime) -> Iterator[UsageRow]:
+    """GPU-hours and cost per instance per local day, for charges starting in [start, end)."""
+    rows = (
+        Charge.objects.filter(user=user, period_start__gte=start, period_start__lt=end)
+        .annotate(day=TruncDate("period_start", tzinfo=operator_zone()))
+        .values("day", "instance_id", "instance__name", "instance__plan__name", "gpu_count")
+        .annotate(seconds=Sum(charge_seconds()), cost=Sum("amount"))
+        .order_by("day", "instance__created_at", "instance_id")
+    )
+    for row in rows:
+        name = row["instance__name"] or f"instance {str(row['instance_id'])[:8]}"
+        yield UsageRow(
+            day=row["day"],
+            instance_id=str(row["instance_id"]),
+            instance_name=name,
+            plan=row["instance__plan__name"],
+            gpu_hours=row["seconds"] * row["gpu_count"] / 3600,
+            cost=row["cost"],
+        )
+
+
+def invoices_visible_to(*, user: User):
+    """A customer's invoices and credit notes; drafts are the operator's business."""
+    return Invoice.objects.filter(user=user).exclude(status=InvoiceStatus.DRAFT)

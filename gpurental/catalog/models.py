@@ -1,6 +1,7 @@
 import datetime as dt
 from decimal import Decimal
 
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -124,8 +125,17 @@ class Plan(models.Model):
 class ImageTemplate(models.Model):
     """A container image customers can launch, e.g. "PyTorch 2.x + CUDA 12 + JupyterLab"."""
 
-    slug = models.SlugField(
-        unique=True, help_text="What framework= / image= pick, e.g. pytorch-2.1"
+    # Not a SlugField: framework names carry versions with dots ("pytorch-2.1").
+    slug = models.CharField(
+        max_length=50,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9][a-z0-9._-]*$",
+                "lowercase letters, digits, dots, hyphens and underscores, starting with a letter or digit",
+            )
+        ],
+        help_text="What framework= / image= pick, e.g. pytorch-2.1",
     )
     name = models.CharField(max_length=100)
     image = models.CharField(max_length=255, help_text="Image reference on GPU hosts (NVML)")

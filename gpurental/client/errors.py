@@ -37,10 +37,13 @@ class GpuRentalError(Exception):
     def __str__(self) -> str:
         if not self.fields:
             return self.message
+        # The API's message usually names the fields already; add only what it does not say.
         details = "; ".join(
-            f"{name}: {' '.join(messages)}" for name, messages in self.fields.items()
+            f"{name}: {' '.join(messages)}"
+            for name, messages in self.fields.items()
+            if " ".join(messages) not in self.message
         )
-        return f"{self.message} ({details})"
+        return f"{self.message} ({details})" if details else self.message
 
 
 class AuthenticationError(GpuRentalError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,20 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
     assert "/hour" in page.inner_text("#estimate")
     shot(page, "03-launch")
     page.click("button:has-text('Launch')")
+    # A new account has no credit: the launch is refused, saying why and how much is missing.
+    page.wait_for_selector(".error[role=alert]")
+    assert "Add at least" in page.inner_text("form#launch-form")
+    shot(page, "03b-launch-refused-no-credit")
+
+    from gpurental.accounts.models import User
+    from gpurental.billing.services import credit_add
+
+    credit_add(
+        user=User.objects.get(email="newcomer@example.com"),
+        amount=Decimal("20.00"),
+        description="test credit",
+    )  # what staff do in the back-office
+    page.click("button:has-text('Launch')")
     page.wait_for_url("**/instances/*/")
 
     # Mark this document: if the page reloads, the mark is gone.
@@ -113,7 +128,11 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
     context.close()
 
 
-def test_staff_fleet_dashboard(browser, web_server, catalog, carol):
+def test_staff_fleet_dashboard(browser, web_server, catalog, carol, settings):
+    # The web process verifies with the production hasher, not the tests' fast one.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    carol.set_password("correct horse battery staple")
+    carol.save()
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.goto(f"{web_server}/login/")

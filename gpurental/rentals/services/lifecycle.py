@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpurental.accounts.models import User
+from gpurental.billing.services import prepaid
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals import hostcalls, selectors
 from gpurental.rentals.events import publish_instance_event
@@ -152,6 +153,7 @@ def instance_launch(
     """
     now = now or timezone.now()
     plan = resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
+    prepaid.launch_allowed(user=user, plan=plan, now=now)
     if not image.is_active:
         raise RentalError(f"image {image.slug} is no longer offered", field="image")
     with transaction.atomic():
@@ -221,7 +223,8 @@ def instance_stop(
         if instance.status not in (S.PENDING, S.PROVISIONING, S.RUNNING):
             _refuse(instance, "stop", {S.PENDING, S.PROVISIONING, S.RUNNING})
         reason = reason or (f"stopped by {actor}" if actor else "stopped")
-        billing = {"stopped_at": now} if instance.status == S.RUNNING else {}
+        # Billing ends now for a run under way (also one stopped mid-restart).
+        billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
         _move(instance, S.STOPPING, reason=reason, now=now, actor=actor, **billing)
         if _host_alive(instance, now):
             hostcalls.stop(instance)
@@ -238,6 +241,7 @@ def instance_start(
 ) -> Instance:
     """Start a stopped instance again, on the same host (its /workspace lives there)."""
     now = now or timezone.now()
+    prepaid.start_allowed(instance=instance, now=now)
     with transaction.atomic():
         instance = _lock(instance)
         if instance.status in (S.PENDING, S.PROVISIONING, S.RUNNING):
@@ -310,7 +314,8 @@ def instance_terminate(
         if instance.status in (S.TERMINATING, S.TERMINATED):
             return instance
         reason = f"terminated by {actor}" if actor else "terminated"
-        billing = {"stopped_at": now} if instance.status == S.RUNNING else {}
+        # Billing ends now for a run under way (also one stopped mid-restart).
+        billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
         if instance.status != S.LOST and _host_alive(instance, now):
             _move(instance, S.TERMINATING, reason=reason, now=now, actor=actor, **billing)
             hostcalls.remove(instance)

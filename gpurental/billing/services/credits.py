@@ -1,4 +1,4 @@
-"""Credits and the ledger."""
+"""Credits: the ledger's positive side."""
 
 from __future__ import annotations
 

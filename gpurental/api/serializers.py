@@ -1,0 +1,333 @@
+"""Shapes of the API's resources. Money is a string (DecimalField), never a float."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP
+
+from django.conf import settings
+from django.db.models import Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from gpurental.accounts.models import ApiKey
+from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
+from gpurental.rentals.selectors import free_gpus
+
+MODEL_REPOS = ["huggingface"]
+
+
+class CurrencyField(serializers.ReadOnlyField):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("help_text", "ISO 4217 code of every amount in this response")
+        super().__init__(source="*", **kwargs)
+
+    def to_representation(self, value) -> str:
+        return settings.BILLING_CURRENCY
+
+
+extend_schema_field(OpenApiTypes.STR)(CurrencyField)
+
+
+@extend_schema_field(
+    {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$", "example": "08:00:00"}
+)
+class LocalTimeField(serializers.TimeField):
+    """A time of day in the operator's time zone (``TIME_ZONE``): HH:MM:SS, no offset."""
+
+
+def _slug() -> serializers.CharField:
+    # Not a SlugField in the schema: catalog slugs may hold dots ("pytorch-2.1").
+    return serializers.CharField(read_only=True)
+
+
+def _money(**kwargs) -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=14, decimal_places=4, rounding=ROUND_HALF_UP, read_only=True, **kwargs
+    )
+
+
+# --- catalog ------------------------------------------------------------------
+
+
+class GPUModelSerializer(serializers.ModelSerializer):
+    slug = _slug()
+    gpus_total = serializers.IntegerField(read_only=True, help_text="Enabled GPUs in the fleet")
+    gpus_free = serializers.SerializerMethodField(
+        help_text="GPUs free right now on hosts that take new launches"
+    )
+
+    class Meta:
+        model = GPUModel
+        fields = [
+            "slug",
+            "name",
+            "short_name",
+            "memory_gb",
+            "fp16_tflops",
+            "bf16_tflops",
+            "fp32_tflops",
+            "memory_bandwidth_gbs",
+            "interconnect",
+            "nvlink_bandwidth_gbs",
+            "gpus_total",
+            "gpus_free",
+        ]
+
+    def get_gpus_free(self, obj: GPUModel) -> int:
+        hosts = free_gpus(gpu_model=obj, now=self.context["now"])
+        return sum(len(host.free) for host in hosts)
+
+
+class PlanSerializer(serializers.ModelSerializer):
+    slug = _slug()
+    gpu_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    hourly_rate = _money(help_text="Price per hour for the whole plan")
+    off_peak_rate = _money(help_text="Hourly price inside the off-peak window")
+    reserved_rate = _money(help_text="Hourly price of booked (reserved) capacity")
+    off_peak_start = LocalTimeField(read_only=True, help_text="In the operator's time zone")
+    off_peak_end = LocalTimeField(read_only=True, help_text="In the operator's time zone")
+    currency = CurrencyField()
+
+    class Meta:
+        model = Plan
+        fields = [
+            "slug",
+            "name",
+            "gpu_model",
+            "gpu_count",
+            "vcpus",
+            "memory_gb",
+            "disk_gb",
+            "hourly_rate",
+            "off_peak_discount",
+            "off_peak_start",
+            "off_peak_end",
+            "off_peak_rate",
+            "reserved_discount",
+            "reserved_rate",
+            "currency",
+        ]
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    slug = _slug()
+
+    class Meta:
+        model = ImageTemplate
+        fields = ["slug", "name", "description", "port"]
+
+
+# --- instances ----------------------------------------------------------------
+
+
+class InstanceEventSerializer(serializers.ModelSerializer):
+    at = serializers.DateTimeField(source="created_at", read_only=True)
+
+    class Meta:
+        model = InstanceEvent
+        fields = ["at", "kind", "from_status", "to_status", "step", "reason"]
+
+
+class InstanceSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    plan = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    image = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_indices = serializers.SerializerMethodField(help_text="GPUs held now, on the host")
+    jupyter_url = serializers.SerializerMethodField(
+        help_text="JupyterLab, with its token: only for the owner, and only while running"
+    )
+
+    class Meta:
+        model = Instance
+        fields = [
+            "id",
+            "name",
+            "status",
+            "status_reason",
+            "gpu_model",
+            "gpu_count",
+            "plan",
+            "image",
+            "host",
+            "gpu_indices",
+            "created_at",
+            "running_since",
+            "stopped_at",
+            "jupyter_url",
+        ]
+
+    def get_gpu_indices(self, obj: Instance) -> list[int]:
+        # Prefetched by the view as ``held_allocations``: the open-ended allocations,
+        # the same rule as rentals.selectors.instance_gpus.
+        held = getattr(obj, "held_allocations", None)
+        if held is None:
+            held = obj.allocations.filter(period__upper_inf=True).select_related("gpu")
+        return sorted(a.gpu.index for a in held)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_jupyter_url(self, obj: Instance) -> str | None:
+        request = self.context.get("request")
+        is_owner = request is not None and request.user.pk == obj.user_id
+        if not is_owner or obj.status != InstanceStatus.RUNNING:
+            return None
+        if obj.host is None or not obj.jupyter_port or not obj.jupyter_token:
+            return None
+        address = obj.host.address
+        if ":" in address and not address.startswith("["):
+            address = f"[{address}]"  # IPv6
+        return f"http://{address}:{obj.jupyter_port}/lab?token={obj.jupyter_token}"
+
+
+class InstanceDetailSerializer(InstanceSerializer):
+    events = InstanceEventSerializer(many=True, read_only=True)
+
+    class Meta(InstanceSerializer.Meta):
+        fields = [*InstanceSerializer.Meta.fields, "events"]
+
+
+class InstanceListQuerySerializer(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=InstanceStatus.choices,
+        required=False,
+        help_text="Only instances in this status",
+        error_messages={
+            "invalid_choice": "{input!r} is not an instance status; choose one of: "
+            + ", ".join(InstanceStatus.values)
+        },
+    )
+
+
+def _choices(values) -> str:
+    return ", ".join(values) or "none"
+
+
+class InstanceCreateSerializer(serializers.Serializer):
+    """Either ``plan``, or ``gpu_model`` (+ ``gpu_count``); and an ``image``."""
+
+    gpu_model = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="GPU model slug or short name, any case (e.g. A10G)",
+    )
+    gpu_count = serializers.IntegerField(
+        required=False, min_value=1, max_value=64, help_text="With gpu_model; default 1"
+    )
+    plan = serializers.CharField(
+        required=False, max_length=64, help_text="Plan slug; fixes the GPU model and count"
+    )
+    image = serializers.CharField(max_length=64, help_text="Image slug")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
+    model_repo = serializers.ChoiceField(
+        choices=MODEL_REPOS,
+        required=False,
+        allow_null=True,
+        help_text="huggingface: mount the host's shared Hugging Face model cache read-only",
+        error_messages={
+            "invalid_choice": "{input!r} is not supported; the only model_repo is 'huggingface'"
+        },
+    )
+
+    def validate_gpu_model(self, value: str) -> GPUModel:
+        matches = list(GPUModel.objects.filter(Q(slug__iexact=value) | Q(short_name__iexact=value)))
+        by_slug = [m for m in matches if m.slug.lower() == value.lower()]
+        if by_slug:
+            return by_slug[0]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise serializers.ValidationError(
+                f"{value!r} matches several GPU models; use a slug: "
+                + _choices(sorted(m.slug for m in matches))
+            )
+        known = [f"{m.slug} ({m.short_name})" for m in GPUModel.objects.order_by("slug")]
+        raise serializers.ValidationError(
+            f"unknown GPU model {value!r}; choose one of: {_choices(known)}"
+        )
+
+    def validate_plan(self, value: str) -> Plan:
+        plan = Plan.objects.select_related("gpu_model").filter(slug=value).first()
+        if plan is None:
+            offered = Plan.objects.filter(is_active=True).order_by("slug")
+            raise serializers.ValidationError(
+                f"unknown plan {value!r}; choose one of: "
+                + _choices(offered.values_list("slug", flat=True))
+            )
+        return plan
+
+    def validate_image(self, value: str) -> ImageTemplate:
+        image = ImageTemplate.objects.filter(slug=value).first()
+        if image is None:
+            offered = ImageTemplate.objects.filter(is_active=True).order_by("slug")
+            raise serializers.ValidationError(
+                f"unknown image {value!r}; choose one of: "
+                + _choices(offered.values_list("slug", flat=True))
+            )
+        return image
+
+    def validate(self, attrs: dict) -> dict:
+        if "plan" in attrs:
+            for other in ("gpu_model", "gpu_count"):
+                if other in attrs:
+                    raise serializers.ValidationError(
+                        {other: [f"a plan fixes the GPU model and count; send plan or {other}"]}
+                    )
+        elif "gpu_model" not in attrs:
+            raise serializers.ValidationError(
+                {"gpu_model": ["send a gpu_model (with a gpu_count) or a plan"]}
+            )
+        return attrs
+
+    def launch_kwargs(self) -> dict:
+        data = self.validated_data
+        return {
+            "plan": data.get("plan"),
+            "gpu_model": data.get("gpu_model"),
+            "gpu_count": data.get("gpu_count"),
+            "image": data["image"],
+            "name": data.get("name", ""),
+            "mount_model_cache": data.get("model_repo") == "huggingface",
+        }
+
+
+# --- account ------------------------------------------------------------------
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiKey
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiKeyCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, default="", help_text="What it is for"
+    )
+
+
+class ApiKeyCreatedSerializer(ApiKeySerializer):
+    key = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The key itself, shown once: store it now. Null in a replayed answer.",
+    )
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = [*ApiKeySerializer.Meta.fields, "key"]
+        read_only_fields = fields
+
+
+class MeSerializer(serializers.Serializer):
+    email = serializers.EmailField(read_only=True)
+    full_name = serializers.CharField(read_only=True)
+    balance = serializers.DecimalField(
+        max_digits=16, decimal_places=2, rounding=ROUND_HALF_UP, read_only=True
+    )
+    currency = CurrencyField()
+    gpu_quota = serializers.IntegerField(read_only=True, help_text="GPUs you may hold at once")
+    gpus_in_use = serializers.IntegerField(read_only=True)
+    credit_limit = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True)
+    is_staff = serializers.BooleanField(read_only=True)

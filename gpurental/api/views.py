@@ -1,0 +1,301 @@
+"""The REST API, v1. Thin: parse, call one service or selector, shape the answer.
+
+Visibility: a customer sees only their own instances and API keys; staff see every
+instance (API keys stay private to their owner, even for staff: they are credentials,
+and the back-office revokes them). Anything else is a 404, worded the same whether the
+object does not exist or belongs to someone else, so nothing leaks its existence.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, Prefetch, Q
+from django.utils import timezone
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.generics import GenericAPIView
+from rest_framework.response import Response
+
+from gpurental.accounts.models import ApiKey
+from gpurental.accounts.services import api_key_create, api_key_revoke
+from gpurental.api import serializers as s
+from gpurental.api.idempotency import HEADER as IDEMPOTENCY_HEADER
+from gpurental.api.idempotency import KEY_PATTERN, idempotent
+from gpurental.billing.selectors import balance_of
+from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.rentals import selectors as rental_selectors
+from gpurental.rentals.models import Allocation, Instance
+from gpurental.rentals.services.lifecycle import (
+    instance_launch,
+    instance_restart,
+    instance_start,
+    instance_stop,
+    instance_terminate,
+)
+
+UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# Slugs in the catalog may hold dots ("pytorch-2.1"); no format suffixes to clash with.
+SLUG_RE = r"[-a-zA-Z0-9_.]+"
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    IDEMPOTENCY_HEADER,
+    type={"type": "string", "minLength": 1, "maxLength": 255, "pattern": KEY_PATTERN.pattern},
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "A unique string per request, e.g. a UUID (1 to 255 visible ASCII characters): a "
+        "retry with the same key and body gets the first answer instead of running again. "
+        "The same key with another body is refused (422)."
+    ),
+)
+
+
+class LookupMixin:
+    """``get_object`` with one 404 message for "no such object" and "not yours"."""
+
+    noun = "object"
+
+    def get_object(self):
+        queryset = self.filter_queryset(self.get_queryset())
+        value = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        obj = queryset.filter(**{self.lookup_field: value}).first()
+        if obj is None:
+            raise NotFound(f"there is no {self.noun} {value}")
+        self.check_object_permissions(self.request, obj)
+        return obj
+
+
+# --- catalog ------------------------------------------------------------------
+
+
+@extend_schema(tags=["catalog"])
+class GPUModelViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
+    """GPU models with their specs and how many are free now."""
+
+    noun = "GPU model"
+    serializer_class = s.GPUModelSerializer
+    lookup_field = "slug"
+    lookup_value_regex = SLUG_RE
+    queryset = GPUModel.objects.annotate(
+        gpus_total=Count("gpus", filter=Q(gpus__is_enabled=True))
+    ).order_by("memory_gb", "name")
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "now": timezone.now()}
+
+
+@extend_schema(tags=["catalog"])
+class PlanViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
+    """Plans on offer: N GPUs of a model with CPU, memory and disk, at an hourly rate."""
+
+    noun = "plan"
+    serializer_class = s.PlanSerializer
+    lookup_field = "slug"
+    lookup_value_regex = SLUG_RE
+    queryset = Plan.objects.filter(is_active=True).select_related("gpu_model")
+
+
+@extend_schema(tags=["catalog"])
+class ImageViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
+    """Container images to launch (JupyterLab with a framework)."""
+
+    noun = "image"
+    serializer_class = s.ImageSerializer
+    lookup_field = "slug"
+    lookup_value_regex = SLUG_RE
+    queryset = ImageTemplate.objects.filter(is_active=True)
+
+
+# --- instances ----------------------------------------------------------------
+
+
+def _instance_action(summary: str):
+    return extend_schema(
+        summary=summary,
+        request=None,
+        responses={200: s.InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+
+
+@extend_schema(tags=["instances"])
+class InstanceViewSet(
+    LookupMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """GPU containers: launch, watch, stop, start, restart, terminate."""
+
+    noun = "instance"
+    lookup_value_regex = UUID_RE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation
+            return Instance.objects.none()
+        queryset = Instance.objects.select_related("gpu_model", "plan", "image", "host")
+        queryset = queryset.prefetch_related(
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.filter(period__upper_inf=True).select_related("gpu"),
+                to_attr="held_allocations",
+            )
+        )
+        if self.action != "list":
+            queryset = queryset.prefetch_related("events")
+        if not self.request.user.is_staff:
+            queryset = queryset.filter(user=self.request.user)
+        return queryset
+
+    def get_serializer_class(self):
+        if self.action == "list":
+            return s.InstanceSerializer
+        if self.action == "create":
+            return s.InstanceCreateSerializer
+        return s.InstanceDetailSerializer
+
+    def _detail(self, instance: Instance, status_code: int = status.HTTP_200_OK) -> Response:
+        fresh = self.get_queryset().get(pk=instance.pk)
+        return Response(
+            s.InstanceDetailSerializer(fresh, context=self.get_serializer_context()).data,
+            status=status_code,
+        )
+
+    @extend_schema(parameters=[s.InstanceListQuerySerializer])
+    def list(self, request, *args, **kwargs):
+        query = s.InstanceListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        queryset = self.get_queryset()
+        if "status" in query.validated_data:
+            queryset = queryset.filter(status=query.validated_data["status"])
+        page = self.paginate_queryset(queryset)
+        data = s.InstanceSerializer(page, many=True, context=self.get_serializer_context()).data
+        return self.get_paginated_response(data)
+
+    @extend_schema(
+        summary="Launch an instance",
+        request=s.InstanceCreateSerializer,
+        responses={201: s.InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        examples=[
+            OpenApiExample(
+                "By GPU model",
+                value={"gpu_model": "A10G", "gpu_count": 1, "image": "pytorch-2.1"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "By plan, with the Hugging Face cache",
+                value={
+                    "plan": "a10g-x2",
+                    "image": "jupyter-cpu",
+                    "name": "finetune",
+                    "model_repo": "huggingface",
+                },
+                request_only=True,
+            ),
+        ],
+    )
+    @idempotent
+    def create(self, request, *args, **kwargs):
+        form = s.InstanceCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        instance = instance_launch(user=request.user, **form.launch_kwargs())
+        return self._detail(instance, status.HTTP_201_CREATED)
+
+    @_instance_action("Stop: the container goes, the GPUs are released, /workspace stays")
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def stop(self, request, pk=None):
+        return self._detail(instance_stop(instance=self.get_object(), actor=request.user))
+
+    @_instance_action("Start a stopped instance again, on the same host")
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def start(self, request, pk=None):
+        return self._detail(instance_start(instance=self.get_object(), actor=request.user))
+
+    @_instance_action("Restart the container in place (same GPUs, same /workspace)")
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def restart(self, request, pk=None):
+        return self._detail(instance_restart(instance=self.get_object(), actor=request.user))
+
+    @_instance_action("Terminate: remove the instance and its /workspace for good")
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def terminate(self, request, pk=None):
+        return self._detail(instance_terminate(instance=self.get_object(), actor=request.user))
+
+
+# --- account ------------------------------------------------------------------
+
+
+def _forget_secret(body: dict) -> dict:
+    # The raw key is shown once and never stored, not even for an idempotent replay.
+    return {**body, "key": None}
+
+
+@extend_schema(tags=["account"])
+class ApiKeyViewSet(
+    LookupMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Your API keys. The key itself is shown once, when it is created."""
+
+    noun = "API key"
+    serializer_class = s.ApiKeySerializer
+    lookup_value_regex = UUID_RE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ApiKey.objects.none()
+        return ApiKey.objects.filter(user=self.request.user)
+
+    @extend_schema(
+        summary="Create an API key (the response is the only time the key is shown)",
+        request=s.ApiKeyCreateSerializer,
+        responses={201: s.ApiKeyCreatedSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @idempotent(redact=_forget_secret)
+    def create(self, request, *args, **kwargs):
+        form = s.ApiKeyCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        key, raw = api_key_create(user=request.user, name=form.validated_data["name"])
+        key.key = raw
+        return Response(s.ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Revoke an API key (it stays listed, with revoked_at)",
+        responses={204: OpenApiResponse(description="Revoked")},
+    )
+    def destroy(self, request, *args, **kwargs):
+        api_key_revoke(key=self.get_object(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(tags=["account"])
+class MeView(GenericAPIView):
+    """Who you are: balance, quota and GPUs in use."""
+
+    serializer_class = s.MeSerializer
+    pagination_class = None
+
+    def get(self, request, *args, **kwargs):
+        user = request.user
+        data = {
+            "email": user.email,
+            "full_name": user.full_name,
+            "balance": balance_of(user=user),
+            "gpu_quota": user.gpu_quota,
+            "gpus_in_use": rental_selectors.gpus_held_by(user=user),
+            "credit_limit": user.credit_limit,
+            "is_staff": user.is_staff,
+        }
+        return Response(s.MeSerializer(data).data)

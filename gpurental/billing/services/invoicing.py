@@ -1,0 +1,357 @@
+"""Monthly invoices: drafts from the charges, gap-free numbers at issue, credit notes.
+
+A month is the operator's (settings.TIME_ZONE): charges never straddle a local
+midnight (pricing cuts them there), so each belongs to the month it starts in.
+An invoice has one line per instance and rate kind; each line's amount is rounded
+once, and the total is the sum of the rounded lines, so what the customer reads
+adds up. Issued invoices never change (the database refuses it, migration 0004);
+a correction is a credit note, which refunds its total to the customer's balance.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet, Sum
+from django.utils import timezone
+
+from gpurental.accounts.models import User
+from gpurental.accounts.services import audit_record
+from gpurental.billing import pricing
+from gpurental.billing.exceptions import BillingError
+from gpurental.billing.models import (
+    Charge,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    InvoiceStatus,
+    LedgerEntry,
+)
+from gpurental.billing.pricing import quantize_money
+from gpurental.billing.selectors import charge_seconds, operator_zone
+from gpurental.rentals.models import Instance
+
+SERIES = {Invoice.Kind.INVOICE: "INV", Invoice.Kind.CREDIT_NOTE: "CN"}
+HOURS = Decimal("0.0001")
+USERS_PER_TRANSACTION = 500
+
+
+def month_first_days(year: int, month: int) -> tuple[date, date]:
+    if not 1 <= month <= 12:
+        raise BillingError(f"month: {month} is not 1–12", field="month")
+    following = date(year + 1, 1, 1) if month == 12 else date(year, month + 1, 1)
+    return date(year, month, 1), following
+
+
+# --- drafts -------------------------------------------------------------------
+
+
+def invoice_generate(*, user: User, year: int, month: int, now: datetime | None = None) -> Invoice:
+    """The user's invoice for the month: a draft (re)built from the charges, or the
+    issued one unchanged."""
+    now = now or timezone.now()
+    first, following = month_first_days(year, month)
+    start, end = pricing.local_month(year, month, operator_zone())
+    with transaction.atomic():
+        invoice = _invoice_for(user.pk, first, following, now)
+        if invoice.status == InvoiceStatus.DRAFT:
+            rows = list(_charge_groups(Charge.objects.filter(user=user), start, end))
+            _write_lines(invoice, _lines(rows, _instances(rows)))
+    return invoice
+
+
+def invoices_generate(*, year: int, month: int, now: datetime | None = None) -> int:
+    """Drafts for every customer with charges in the month (issued ones are left alone).
+    One aggregate over the month's charges, then invoices in batches of users; returns
+    how many drafts were written."""
+    now = now or timezone.now()
+    first, following = month_first_days(year, month)
+    start, end = pricing.local_month(year, month, operator_zone())
+    rows = list(_charge_groups(Charge.objects.all(), start, end))
+    instances = _instances(rows)
+    by_user = {user_id: list(group) for user_id, group in itertools.groupby(rows, _user_of)}
+    written = 0
+    user_ids = list(by_user)
+    for offset in range(0, len(user_ids), USERS_PER_TRANSACTION):
+        chunk = user_ids[offset : offset + USERS_PER_TRANSACTION]
+        try:
+            with transaction.atomic():
+                written += _generate_chunk(chunk, by_user, instances, first, following, now)
+        except IntegrityError:
+            # Someone made one of these invoices meanwhile: go one user at a time.
+            for user_id in chunk:
+                with transaction.atomic():
+                    invoice = _invoice_for(user_id, first, following, now)
+                    if invoice.status == InvoiceStatus.DRAFT:
+                        _write_lines(invoice, _lines(by_user[user_id], instances))
+                        written += 1
+    return written
+
+
+def _generate_chunk(chunk, by_user, instances, first, following, now) -> int:
+    existing = {
+        invoice.user_id: invoice
+        for invoice in Invoice.objects.select_for_update()
+        .filter(user_id__in=chunk, kind=Invoice.Kind.INVOICE, period_start=first)
+        .exclude(status=InvoiceStatus.VOID)
+    }
+    drafts = [i for i in existing.values() if i.status == InvoiceStatus.DRAFT]
+    InvoiceLine.objects.filter(invoice__in=drafts).delete()
+    fresh = Invoice.objects.bulk_create(
+        _new_invoice(user_id, first, following, now) for user_id in chunk if user_id not in existing
+    )
+    lines = []
+    for invoice in [*drafts, *fresh]:
+        invoice_lines = _lines(by_user[invoice.user_id], instances)
+        for line in invoice_lines:
+            line.invoice = invoice
+        invoice.total = sum((line.amount for line in invoice_lines), Decimal("0.00"))
+        lines.extend(invoice_lines)
+    InvoiceLine.objects.bulk_create(lines, batch_size=2000)
+    Invoice.objects.bulk_update([*drafts, *fresh], ["total"], batch_size=2000)
+    return len(drafts) + len(fresh)
+
+
+def _new_invoice(user_id, first: date, following: date, now: datetime) -> Invoice:
+    return Invoice(
+        user_id=user_id,
+        kind=Invoice.Kind.INVOICE,
+        period_start=first,
+        period_end=following,
+        currency=settings.BILLING_CURRENCY,
+        created_at=now,
+    )
+
+
+def _invoice_for(user_id, first: date, following: date, now: datetime) -> Invoice:
+    """The month's live (not void) invoice of the user, locked; a new draft if none."""
+    live = (
+        Invoice.objects.select_for_update()
+        .filter(user_id=user_id, kind=Invoice.Kind.INVOICE, period_start=first)
+        .exclude(status=InvoiceStatus.VOID)
+    )
+    invoice = live.first()
+    if invoice is not None:
+        return invoice
+    try:
+        with transaction.atomic():
+            return Invoice.objects.create(
+                user_id=user_id,
+                kind=Invoice.Kind.INVOICE,
+                period_start=first,
+                period_end=following,
+                currency=settings.BILLING_CURRENCY,
+                created_at=now,
+            )
+    except IntegrityError:  # made by a concurrent run: use that one
+        return live.get()
+
+
+def _charge_groups(charges: QuerySet[Charge], start: datetime, end: datetime):
+    return (
+        charges.filter(period_start__gte=start, period_start__lt=end)
+        .values("user_id", "instance_id", "rate_kind", "gpu_count")
+        .annotate(seconds=Sum(charge_seconds()), amount=Sum("amount"))
+        .order_by("user_id", "instance_id", "rate_kind")
+    )
+
+
+def _user_of(row: dict):
+    return row["user_id"]
+
+
+def _instances(rows: Iterable[dict]) -> dict:
+    ids = {row["instance_id"] for row in rows}
+    return Instance.objects.select_related("plan").in_bulk(ids)
+
+
+def _lines(rows: Iterable[dict], instances: dict) -> list[InvoiceLine]:
+    labels = dict(pricing.KIND_LABELS)
+    lines = []
+    for row in rows:
+        instance = instances[row["instance_id"]]
+        lines.append(
+            InvoiceLine(
+                instance_id=row["instance_id"],
+                rate_kind=row["rate_kind"],
+                description=f"{instance} ({instance.plan.name}), {labels[row['rate_kind']]}"[:255],
+                gpu_hours=(row["seconds"] * row["gpu_count"] / 3600).quantize(HOURS),
+                amount=quantize_money(row["amount"]),
+            )
+        )
+    return lines
+
+
+def _write_lines(invoice: Invoice, lines: Sequence[InvoiceLine]) -> None:
+    invoice.lines.all().delete()
+    for line in lines:
+        line.invoice = invoice
+    InvoiceLine.objects.bulk_create(lines)
+    invoice.total = sum((line.amount for line in lines), Decimal("0.00"))
+    invoice.save(update_fields=["total"])
+
+
+# --- issue, pay, void -----------------------------------------------------------
+
+
+def invoice_issue(
+    *, invoice: Invoice, actor: User | None = None, now: datetime | None = None
+) -> Invoice:
+    """Give a draft its number (next in its series and year, without gaps) and freeze it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        invoice = _lock(invoice)
+        if invoice.status != InvoiceStatus.DRAFT:
+            raise BillingError(
+                f"invoice {invoice} is {invoice.status}; only drafts can be issued", field="status"
+            )
+        series, year = SERIES[invoice.kind], now.astimezone(operator_zone()).year
+        # The counter row is the lock: numbers are taken one at a time, and a rolled-back
+        # issue gives its number back, so the series has no gaps.
+        InvoiceCounter.objects.bulk_create(
+            [InvoiceCounter(series=series, year=year)], ignore_conflicts=True
+        )
+        counter = InvoiceCounter.objects.select_for_update().get(series=series, year=year)
+        counter.last += 1
+        counter.save(update_fields=["last"])
+        invoice.number = f"{series}-{year}-{counter.last:06d}"
+        invoice.total = invoice.lines.aggregate(total=Sum("amount"))["total"] or Decimal("0.00")
+        invoice.status = InvoiceStatus.ISSUED
+        invoice.issued_at = now
+        invoice.save(update_fields=["number", "total", "status", "issued_at"])
+        audit_record(
+            action="invoice.issue",
+            actor=actor,
+            obj=invoice,
+            changes={"number": invoice.number, "total": str(invoice.total)},
+        )
+    return invoice
+
+
+def invoice_mark_paid(
+    *, invoice: Invoice, actor: User | None = None, now: datetime | None = None
+) -> Invoice:
+    return _settle(invoice, InvoiceStatus.PAID, "paid_at", actor, now or timezone.now())
+
+
+def invoice_void(
+    *, invoice: Invoice, actor: User | None = None, now: datetime | None = None
+) -> Invoice:
+    """Cancel an issued invoice (its number stays used); the month can then be invoiced anew."""
+    return _settle(invoice, InvoiceStatus.VOID, "voided_at", actor, now or timezone.now())
+
+
+def _settle(invoice: Invoice, to: str, stamp: str, actor: User | None, now: datetime) -> Invoice:
+    with transaction.atomic():
+        invoice = _lock(invoice)
+        if invoice.status == to:
+            return invoice
+        if invoice.status != InvoiceStatus.ISSUED:
+            raise BillingError(
+                f"invoice {invoice} is {invoice.status}; only issued invoices can become {to}",
+                field="status",
+            )
+        invoice.status = to
+        setattr(invoice, stamp, now)
+        invoice.save(update_fields=["status", stamp])
+        audit_record(action=f"invoice.{to}", actor=actor, obj=invoice)
+    return invoice
+
+
+def _lock(invoice: Invoice) -> Invoice:
+    return Invoice.objects.select_for_update().get(pk=invoice.pk)
+
+
+# --- corrections ----------------------------------------------------------------
+
+
+def invoice_credit_note(
+    *,
+    invoice: Invoice,
+    credits: Sequence[tuple[InvoiceLine, Decimal]],
+    reason: str,
+    actor: User | None = None,
+    now: datetime | None = None,
+) -> Invoice:
+    """Credit amounts against lines of an issued (or paid) invoice: an issued credit note
+    (its own series, CN-…) whose total goes back to the customer's balance. A line
+    cannot be credited more than it charged, over all its credit notes."""
+    now = now or timezone.now()
+    if not reason.strip():
+        raise BillingError("reason: say why the invoice is corrected", field="reason")
+    if not credits:
+        raise BillingError("credits: name at least one line to credit", field="credits")
+    with transaction.atomic():
+        original = _lock(invoice)
+        if original.kind != Invoice.Kind.INVOICE or original.status not in (
+            InvoiceStatus.ISSUED,
+            InvoiceStatus.PAID,
+        ):
+            raise BillingError(
+                f"{original} is a {original.status} {original.kind}; only issued or paid "
+                "invoices can be credited",
+                field="invoice",
+            )
+        credited: dict[tuple, Decimal] = defaultdict(Decimal)
+        for line in InvoiceLine.objects.filter(
+            invoice__corrects=original, invoice__kind=Invoice.Kind.CREDIT_NOTE
+        ).exclude(invoice__status=InvoiceStatus.VOID):
+            credited[line.instance_id, line.rate_kind] += line.amount
+        notes = []
+        for line, amount in credits:
+            amount = Decimal(amount)
+            key = (line.instance_id, line.rate_kind)
+            if line.invoice_id != original.pk:
+                raise BillingError(f"line {line.pk} is not on {original}", field="credits")
+            if amount <= 0 or amount != quantize_money(amount):
+                raise BillingError(f"amount: {amount} must be positive, in cents", field="credits")
+            left = line.amount - credited[key]
+            if amount > left:
+                raise BillingError(
+                    f"amount: {amount} is more than the {left} left to credit on "
+                    f"“{line.description}”",
+                    field="credits",
+                )
+            credited[key] += amount
+            hours = line.gpu_hours * amount / line.amount if line.amount else Decimal(0)
+            notes.append(
+                InvoiceLine(
+                    instance_id=line.instance_id,
+                    rate_kind=line.rate_kind,
+                    description=f"Credit: {line.description}. {reason.strip()}"[:255],
+                    gpu_hours=hours.quantize(HOURS),
+                    amount=amount,
+                )
+            )
+        note = Invoice.objects.create(
+            user_id=original.user_id,
+            kind=Invoice.Kind.CREDIT_NOTE,
+            corrects=original,
+            period_start=original.period_start,
+            period_end=original.period_end,
+            currency=original.currency,
+            created_at=now,
+        )
+        _write_lines(note, notes)
+        note = invoice_issue(invoice=note, actor=actor, now=now)
+        LedgerEntry.objects.create(
+            user_id=original.user_id,
+            kind=LedgerEntry.Kind.REFUND,
+            amount=note.total,
+            description=f"credit note {note.number} for {original.number}: {reason.strip()}"[:255],
+            created_by=actor if actor is not None and actor.pk else None,
+            created_at=now,
+        )
+        audit_record(
+            action="invoice.credit_note",
+            actor=actor,
+            obj=original,
+            changes={"credit_note": note.number, "total": str(note.total), "reason": reason},
+        )
+    return note

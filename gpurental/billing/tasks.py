@@ -1,0 +1,39 @@
+"""Periodic billing jobs (declared in celery_app's beat schedule). Each is idempotent:
+a run repeated, or run by two workers at once, changes nothing more."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from gpurental.billing.selectors import operator_zone
+from gpurental.billing.services.invoicing import invoices_generate
+from gpurental.billing.services.limits import limits_enforce
+from gpurental.billing.services.metering import meter_run
+from gpurental.celery_app import app
+
+DRAFT_DAYS = 3
+
+
+@app.task(name="gpurental.billing.tasks.meter", time_limit=120, soft_time_limit=100)
+def meter() -> int:
+    return meter_run(now=timezone.now())
+
+
+@app.task(name="gpurental.billing.tasks.enforce_limits", time_limit=120, soft_time_limit=100)
+def enforce_limits() -> int:
+    return len(limits_enforce(now=timezone.now()))
+
+
+@app.task(name="gpurental.billing.tasks.draft_invoices", time_limit=1800, soft_time_limit=1700)
+def draft_invoices() -> int:
+    """Drafts for last month (the operator's) during the first days of a month, from two
+    hours in, when the meter has long closed it; staff review and issue them in the
+    back-office. Beat runs this every few hours: drafts are rebuilt, issued ones kept."""
+    now = timezone.now()
+    local = now.astimezone(operator_zone())
+    if local.day > DRAFT_DAYS or (local.day == 1 and local.hour < 2):
+        return 0
+    last_month = local.replace(day=1) - timedelta(days=1)
+    return invoices_generate(year=last_month.year, month=last_month.month, now=now)

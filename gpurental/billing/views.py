@@ -1,0 +1,100 @@
+"""The customer's billing pages: invoices (PDF, CSV) and a usage report. Owners only:
+anyone else gets 404, as if the invoice did not exist."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import date
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
+from django.utils import timezone
+
+from gpurental.billing import documents, pricing
+from gpurental.billing.models import Invoice
+from gpurental.billing.pricing import quantize_money
+from gpurental.billing.selectors import (
+    balance_status,
+    invoices_visible_to,
+    operator_zone,
+    usage_by_day,
+)
+
+
+def invoice_document_response(invoice: Invoice, fmt: str) -> HttpResponse:
+    """The invoice as a PDF or CSV download."""
+    lines = list(invoice.lines.order_by("id"))
+    name = invoice.number or f"draft-{invoice.pk}"
+    if fmt == "pdf":
+        body = documents.invoice_pdf(invoice, lines, issuer=settings.BILLING_ISSUER)
+        response = HttpResponse(body, content_type="application/pdf")
+    elif fmt == "csv":
+        response = HttpResponse(
+            documents.invoice_csv(invoice, lines), content_type="text/csv; charset=utf-8"
+        )
+    else:
+        raise Http404("Unknown format: pdf or csv.")
+    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    return response
+
+
+@login_required
+def invoice_list(request):
+    return render(
+        request,
+        "billing/invoices.html",
+        {
+            "invoices": invoices_visible_to(user=request.user).order_by("-period_start", "-id"),
+            "status": balance_status(user=request.user),
+            "currency": settings.BILLING_CURRENCY,
+        },
+    )
+
+
+@login_required
+def invoice_document(request, pk: int, fmt: str):
+    invoice = invoices_visible_to(user=request.user).filter(pk=pk).first()
+    if invoice is None:
+        raise Http404("No such invoice.")
+    return invoice_document_response(invoice, fmt)
+
+
+@login_required
+def usage_csv(request):
+    """GPU-hours and cost per instance per day, for ?month=YYYY-MM (default: this month)."""
+    try:
+        year, month = _month(request.GET.get("month"))
+    except ValueError:
+        return HttpResponseBadRequest(
+            "month: use YYYY-MM, e.g. 2026-10", content_type="text/plain; charset=utf-8"
+        )
+    start, end = pricing.local_month(year, month, operator_zone())
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(["day", "instance", "instance_name", "plan", "gpu_hours", "cost", "currency"])
+    for row in usage_by_day(user=request.user, start=start, end=end):
+        writer.writerow(
+            [
+                row.day,
+                row.instance_id,
+                documents.csv_cell(row.instance_name),
+                row.plan,
+                f"{row.gpu_hours:.4f}",
+                quantize_money(row.cost),
+                settings.BILLING_CURRENCY,
+            ]
+        )
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="usage-{year}-{month:02d}.csv"'
+    return response
+
+
+def _month(text: str | None) -> tuple[int, int]:
+    if not text:
+        today = timezone.now().astimezone(operator_zone())
+        return today.year, today.month
+    first = date.fromisoformat(f"{text}-01")  # ValueError when it is not YYYY-MM
+    return first.year, first.month

@@ -1,0 +1,71 @@
+"""The source article's snippet, as written, against the live platform: the real web
+process, control worker, host agent and Docker Engine."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gpurental.accounts.services import api_key_create
+from gpurental.billing.services import credit_add
+from gpurental.fleet.models import Host
+from tests.agent.conftest import JUPYTER_IMAGE
+from tests.factories import ImageTemplateFactory
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def pytorch_image(db):
+    # On a simulated host the PyTorch+CUDA template runs the CPU JupyterLab image.
+    return ImageTemplateFactory(
+        slug="pytorch-2.1",
+        name="PyTorch 2.1 + CUDA 12.1 + JupyterLab",
+        image="gpurental/pytorch-cuda:2.1",
+        cpu_image=JUPYTER_IMAGE,
+    )
+
+
+def test_the_articles_snippet_runs_as_written(
+    web_server, agent, catalog, pytorch_image, alice, tmp_path, docker_client
+):
+    cache = tmp_path / "hf-cache"
+    (cache / "hub").mkdir(parents=True)
+    Host.objects.filter(name=agent.host.name).update(hf_cache_dir=str(cache))
+    _, api_key = api_key_create(user=alice, name="sdk test")
+    credit_add(user=alice, amount=Decimal("10.00"), description="test credit")
+    base_url = web_server
+
+    from gpurental.client import Client
+
+    client = Client(api_key=api_key, base_url=base_url)
+    instance = client.create_instance(
+        gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface"
+    )
+    url = instance.connect()  # waits until running, returns the JupyterLab URL
+
+    assert url.startswith("http://127.0.0.1:") and "/lab?token=" in url
+    import requests
+
+    assert requests.get(url.replace("/lab?", "/api/status?"), timeout=10).status_code == 200
+    container = docker_client.containers.get(f"gpurental-{instance.id}")
+    assert "HF_HOME=/models/huggingface" in container.attrs["Config"]["Env"]
+    mount = next(m for m in container.attrs["Mounts"] if m["Destination"] == "/models/huggingface")
+    assert mount["Source"] == str(cache) and mount["RW"] is False
+
+    assert [i.id for i in client.list_instances(status="running")] == [instance.id]
+    instance.terminate()
+    instance.wait_until("terminated", timeout=60)
+
+
+def test_model_repo_without_a_host_cache_is_a_clear_error(
+    web_server, agent, catalog, pytorch_image, alice
+):
+    from gpurental.client import Client, ValidationError
+
+    _, api_key = api_key_create(user=alice, name="sdk test")
+    credit_add(user=alice, amount=Decimal("10.00"), description="test credit")
+    client = Client(api_key=api_key, base_url=web_server)
+    with pytest.raises(ValidationError, match="no shared Hugging Face model cache"):
+        client.create_instance(gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface")
