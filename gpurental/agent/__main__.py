@@ -1,4 +1,4 @@
-"""python -m gpurental.agent [--env-file FILE]: the host agent (worker + heartbeat)."""
+"""python -m gpurental.agent [--env-file FILE]: the host agent (worker + heartbeat + sampler)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import logging
 import os
 import sys
 
+from gpurental.agent.activity import Holdings, KernelProbe
 from gpurental.agent.config import AgentConfig, ConfigError, read_env_file
 from gpurental.agent.gpus import NvmlUnavailable, make_source
 from gpurental.agent.host import HeartbeatThread, HostAgent
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import docker_problem, make_runtime
+from gpurental.agent.sampler import ChannelPublisher, Sampler, SamplerThread
 from gpurental.agent.worker import make_app, set_agent
 
 log = logging.getLogger("gpurental.agent")
@@ -66,6 +68,35 @@ def choose_runtime(config: AgentConfig):
     return runtime, "docker"
 
 
+def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: ControlReporter):
+    """The sampler thread and a banner line saying where its numbers go."""
+    url = config.live_telemetry_url
+    publisher = None
+    if url is not None:
+        publisher = ChannelPublisher(url, config.host_name)
+    probe = KernelProbe(holdings)
+    sampler = Sampler(
+        host_name=config.host_name,
+        source=source,
+        holdings=holdings,
+        publish=publisher.publish if publisher else None,
+        send_batch=reporter.telemetry,
+        batch_interval=config.telemetry_batch_interval,
+        kernels=probe.active,
+    )
+    kind = "NVML" if source.kind == "nvml" else "simulated"
+    live = (
+        f"live to {url.split('@')[-1]}"
+        if url
+        else "live stream off (set GPURENTAL_TELEMETRY_URL to the channel layer's Redis)"
+    )
+    why = (
+        f"{kind} samples every {config.sample_interval:g} s, {live}, "
+        f"per-minute rollups to the control queue"
+    )
+    return SamplerThread(sampler, config.sample_interval, probe=probe), publisher, why
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpurental.agent", description=__doc__)
     parser.add_argument("--env-file", help="KEY=VALUE file with the join settings")
@@ -89,19 +120,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app = make_app(config)
     reporter = ControlReporter(app, host_name=config.host_name, token=config.token)
+    holdings = Holdings(os.path.join(os.path.abspath(config.work_dir), "telemetry-holdings.json"))
     agent = HostAgent(
-        runtime=runtime, source=source, reporter=reporter, bind_address=config.bind_address
+        runtime=runtime,
+        source=source,
+        reporter=reporter,
+        bind_address=config.bind_address,
+        holdings=holdings,
     )
     set_agent(agent)
+    sampler, publisher, sampler_why = make_sampler(config, source, holdings, reporter)
     print(
         f"gpurental agent '{config.host_name}': queue {config.queue}\n"
         f"  GPUs:    {source_why}\n"
         f"  runtime: {runtime_why}\n"
+        f"  sampler: {sampler_why}\n"
         f"  JupyterLab ports published on {config.bind_address}",
         flush=True,
     )
     heartbeat = HeartbeatThread(agent, config.heartbeat_interval)
     heartbeat.start()
+    sampler.start()
     try:
         app.worker_main(
             [
@@ -122,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         heartbeat.stopped.set()
+        sampler.stopped.set()
+        sampler.join(timeout=5)
+        if publisher is not None:
+            publisher.close()
         source.close()
     return 0
 

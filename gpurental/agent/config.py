@@ -40,6 +40,19 @@ class AgentConfig:
     concurrency: int = 4
     allow_pull: bool = False
     check_image: str = "gpurental/jupyter-cpu:latest"
+    # Live telemetry: the channel layer's Redis ("" = derive from a Redis broker URL,
+    # "off" = no live stream; per-minute batches still go through the broker).
+    telemetry_url: str = ""
+    sample_interval: float = 1.0
+    telemetry_batch_interval: float = 60.0
+
+    @property
+    def live_telemetry_url(self) -> str | None:
+        from gpurental.agent.sampler import telemetry_url_from_broker
+
+        if self.telemetry_url == "off":
+            return None
+        return self.telemetry_url or telemetry_url_from_broker(self.broker_url)
 
     @property
     def queue(self) -> str:
@@ -85,4 +98,18 @@ class AgentConfig:
             concurrency=int(env.get("GPURENTAL_CONCURRENCY", "4")),
             allow_pull=env.get("GPURENTAL_ALLOW_PULL", "0") in {"1", "true", "yes"},
             check_image=env.get("GPURENTAL_IMAGE", "gpurental/jupyter-cpu:latest"),
+            telemetry_url=env.get("GPURENTAL_TELEMETRY_URL", ""),
+            sample_interval=_positive(env, "GPURENTAL_SAMPLE_INTERVAL", "1"),
+            telemetry_batch_interval=_positive(env, "GPURENTAL_TELEMETRY_BATCH_INTERVAL", "60"),
         )
+
+
+def _positive(env: dict[str, str], key: str, default: str) -> float:
+    raw = env.get(key, default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ConfigError(f"{key}={raw!r}: must be a positive number of seconds")
+    return value

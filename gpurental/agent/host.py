@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import replace
 
 from gpurental import __version__
+from gpurental.agent.activity import Holding, Holdings
 from gpurental.agent.gpus import GpuSource
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import ContainerRuntimeError, ContainerSpec, Runtime
@@ -39,12 +41,20 @@ def step_of(message: str) -> str:
 
 class HostAgent:
     def __init__(
-        self, *, runtime: Runtime, source: GpuSource, reporter: ControlReporter, bind_address: str
+        self,
+        *,
+        runtime: Runtime,
+        source: GpuSource,
+        reporter: ControlReporter,
+        bind_address: str,
+        holdings: Holdings | None = None,
     ):
         self.runtime = runtime
         self.source = source
         self.reporter = reporter
         self.bind_address = bind_address
+        # Which GPUs each running instance holds, for the sampler (telemetry only).
+        self.holdings = holdings if holdings is not None else Holdings()
         self._inventory: list[dict] | None = None
 
     # --- instance operations ------------------------------------------------
@@ -94,6 +104,17 @@ class HostAgent:
                 reason=f"the host agent failed: {exc.__class__.__name__}: {exc}",
             )
             return
+        self.holdings.track(
+            Holding(
+                instance_id=instance_id,
+                gpu_indices=container_spec.gpu_indices,
+                container_id=started.container_id,
+                cpu_count=container_spec.cpu_count,
+                address=started.host,
+                port=started.port,
+                token=container_spec.token,
+            )
+        )
         self.reporter.report(
             instance_id,
             "running",
@@ -107,6 +128,7 @@ class HostAgent:
         self.start(spec)
 
     def stop(self, instance_id: str) -> None:
+        self.holdings.untrack(instance_id)
         try:
             self.runtime.stop(instance_id)
         except ContainerRuntimeError as exc:
@@ -115,6 +137,7 @@ class HostAgent:
         self.reporter.report(instance_id, "stopped")
 
     def remove(self, instance_id: str) -> None:
+        self.holdings.untrack(instance_id)
         try:
             self.runtime.remove(instance_id)
         except ContainerRuntimeError as exc:
@@ -137,9 +160,14 @@ class HostAgent:
         return self._inventory
 
     def heartbeat(self) -> None:
+        listed_at = time.monotonic()
+        containers = self.runtime.list_instances()
+        self.holdings.keep_only(
+            {i for i, state in containers.items() if state == "running"}, listed_at=listed_at
+        )
         self.reporter.heartbeat(
             inventory=self.inventory(),
-            containers=self.runtime.list_instances(),
+            containers=containers,
             runtime=self.runtime.name,
             gpu_source=self.source.kind,
             agent_version=__version__,

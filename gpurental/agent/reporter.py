@@ -11,6 +11,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_TASK = "gpurental.fleet.tasks.host_heartbeat"
 REPORT_TASK = "gpurental.rentals.tasks.instance_report"
+TELEMETRY_TASK = "gpurental.telemetry.tasks.telemetry_record"
 
 
 class ControlReporter:
@@ -51,3 +52,10 @@ class ControlReporter:
     def report(self, instance_id: str, kind: str, **data) -> None:
         log.info("instance %s: %s %s", instance_id, kind, data)
         self._send(REPORT_TASK, instance_id=instance_id, kind=kind, data=data, sent_at=time.time())
+
+    def telemetry(self, minutes: list[dict], simulated: bool) -> None:
+        """Finished per-minute GPU aggregates (see ``sampler.MinuteAggregator``)."""
+        # Still worth writing when late (history, paid vs used), but not after hours.
+        self._send(
+            TELEMETRY_TASK, expires=3600, minutes=minutes, simulated=simulated, sent_at=time.time()
+        )

@@ -15,6 +15,7 @@ from gpurental.catalog.models import Plan
 from gpurental.fleet.models import GPU, Host
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.rentals.selectors import HOLDING, gpus_held_by, instance_gpus, running_seconds
+from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
 
 LIVE = (
     InstanceStatus.PENDING,
@@ -75,6 +76,8 @@ def instance_context(*, instance: Instance, viewer) -> dict:
         "events": instance.events.select_related("actor").order_by("created_at", "id"),
         "cost": estimated_cost(instance, until=now),
         "currency": settings.BILLING_CURRENCY,
+        "usage": instance_usage(instance=instance, now=now),
+        "idle_threshold": settings.IDLE_UTILIZATION_PERCENT,
         "can": {
             "open": is_owner and instance.status == InstanceStatus.RUNNING,
             "stop": instance.status
@@ -130,6 +133,7 @@ def fleet_context(*, now: dt.datetime) -> dict:
     )
     return {
         "hosts": host_rows,
+        "heatmap": fleet_heatmap(now=now),
         "instances": running,
         "occupancy": [
             {

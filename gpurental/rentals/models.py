@@ -56,6 +56,9 @@ class Instance(models.Model):
     container_id = models.CharField(max_length=80, blank=True)
     mount_model_cache = models.BooleanField(default=False)
     idle_stop_minutes = models.PositiveIntegerField(default=30, help_text="0 = never auto-stop")
+    idle_warned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the idle auto-stop warning was sent for this run"
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     running_since = models.DateTimeField(
         null=True, blank=True, help_text="Start of the current billed run"

@@ -1,27 +1,62 @@
-"""Websocket streams. An instance stream carries its status and progress events to
-its owner (and staff); nobody else may subscribe.
+"""Websocket streams.
 
-Close codes: 4401 not logged in, 4404 no such instance *for this user* (the same
-answer whether it exists or not, so the stream leaks nothing).
+``/ws/instances/<id>/``: the instance's status and progress events, and the live
+samples of **its** GPUs, for its owner and staff; nobody else may subscribe.
+``/ws/hosts/<name>/`` (every GPU of one host) and ``/ws/fleet/`` (every host, one
+batched message a second) are for staff only.
+
+Close codes: 4401 not logged in, 4403 logged in but not staff (host and fleet
+streams), 4404 no such instance *for this user* or no such host (for an instance,
+the same answer whether it exists or not, so the stream leaks nothing).
+
+How samples reach viewers. Each agent publishes one message per host per second to
+the group ``telemetry.host.<name>`` (``gpurental.agent.sampler``). An instance
+consumer joins its host's group only while the instance holds GPUs, and forwards
+only the GPU entries that pass two independent checks: the index is one the
+control plane allocated to this instance (read from the database at connect and
+again on every transition event), and the agent stamped the entry with this
+instance's id (from the start spec it received). So a renter never sees another
+tenant's GPU, even in the moments around a stop and a new launch on that GPU.
+
+Why relay in the consumer, rather than a control-side process that fans host
+messages out into per-instance groups: it needs no extra process and no extra hop
+(sample → Redis → consumer), the permission check sits where the viewer was
+authenticated, and the cost per host message is one ``group_send`` to a group
+whose size is the number of people watching that host (a handful). A fan-out relay
+would cost one more ``group_send`` per instance per second whether anyone watches
+or not. ``bench/telemetry.py`` measures this path end to end (figures in its
+docstring).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from gpurental.agent.sampler import host_group
+from gpurental.fleet.models import Host
 from gpurental.rentals.events import instance_group
 from gpurental.rentals.selectors import instance_visible_to
+from gpurental.telemetry.selectors import fleet_hosts, telemetry_scope
 
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 SNAPSHOT_EVENTS = 200
 
 
+def _gpu_fields(gpu: dict) -> dict:
+    keys = ("index", "util", "mem_used", "mem_total", "temp", "power", "sm_clock", "stale")
+    return {k: gpu.get(k) for k in keys}
+
+
 class InstanceConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
+    telemetry_group: str | None = None
 
     async def connect(self):
         user = self.scope.get("user")
@@ -33,18 +68,55 @@ class InstanceConsumer(AsyncJsonWebsocketConsumer):
         if snapshot is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        self.instance_id = str(instance_id)
+        self.gpu_indices: set[int] = set()
         self.group = instance_group(instance_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self._follow(snapshot["telemetry"])
         await self.accept()
         # The current state first, so a page never misses what happened before it subscribed.
         await self.send_json({"type": "snapshot", **snapshot})
 
+    async def _follow(self, scope: dict) -> None:
+        """Listen to the host's samples only while the instance holds GPUs there."""
+        self.gpu_indices = set(scope["gpus"])
+        wanted = host_group(scope["host"]) if scope["host"] and self.gpu_indices else None
+        if wanted == self.telemetry_group:
+            return
+        if self.telemetry_group:
+            await self.channel_layer.group_discard(self.telemetry_group, self.channel_name)
+        if wanted:
+            await self.channel_layer.group_add(wanted, self.channel_name)
+        self.telemetry_group = wanted
+
     async def disconnect(self, code):
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.telemetry_group:
+            await self.channel_layer.group_discard(self.telemetry_group, self.channel_name)
 
     async def instance_event(self, event):
         await self.send_json({k: v for k, v in event.items() if k != "type"} | {"type": "event"})
+        if event.get("kind") == "transition":
+            # GPUs are taken and released by transitions: re-read what this stream may show.
+            scope = await database_sync_to_async(telemetry_scope)(instance_id=self.instance_id)
+            await self._follow(scope)
+
+    async def telemetry_sample(self, message):
+        gpus = [
+            _gpu_fields(gpu)
+            for gpu in message.get("gpus", [])
+            if gpu.get("index") in self.gpu_indices and gpu.get("instance") == self.instance_id
+        ]
+        if gpus:
+            await self.send_json(
+                {
+                    "type": "telemetry",
+                    "ts": message.get("ts"),
+                    "simulated": bool(message.get("simulated")),
+                    "gpus": gpus,
+                }
+            )
 
 
 def _snapshot(user, instance_id: str) -> dict | None:
@@ -66,7 +138,124 @@ def _snapshot(user, instance_id: str) -> dict | None:
                 "step": e.step,
                 "reason": e.reason,
                 "at": e.created_at.isoformat(),
+                **({"stop_at": e.data["stop_at"]} if e.data.get("stop_at") else {}),
             }
             for e in events
         ],
+        "telemetry": telemetry_scope(instance_id=instance_id),
     }
+
+
+async def _staff_only(consumer: AsyncJsonWebsocketConsumer) -> bool:
+    user = consumer.scope.get("user")
+    if user is None or not user.is_authenticated:
+        await consumer.close(code=CLOSE_UNAUTHENTICATED)
+        return False
+    if not user.is_staff:
+        await consumer.close(code=CLOSE_FORBIDDEN)
+        return False
+    return True
+
+
+class HostConsumer(AsyncJsonWebsocketConsumer):
+    """Every GPU of one host, each second, as the agent sent it (staff only)."""
+
+    group: str | None = None
+
+    async def connect(self):
+        if not await _staff_only(self):
+            return
+        name = self.scope["url_route"]["kwargs"]["host_name"]
+        exists = await database_sync_to_async(Host.objects.filter(name=name).exists)()
+        if not exists:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.group = host_group(name)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "snapshot", "host": name})
+
+    async def disconnect(self, code):
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def telemetry_sample(self, message):
+        await self.send_json(
+            {
+                "type": "telemetry",
+                "host": message.get("host"),
+                "ts": message.get("ts"),
+                "simulated": bool(message.get("simulated")),
+                "gpus": [_gpu_fields(g) | {"instance": g.get("instance")} for g in message["gpus"]],
+            }
+        )
+
+
+class FleetConsumer(AsyncJsonWebsocketConsumer):
+    """Every host's utilisation, batched: at most one message per ``flush_interval`` (staff only).
+
+    Joins every host's group; the host list is re-read every ``refresh_interval``
+    (which also renews the group memberships before channels-redis expires them).
+    """
+
+    flush_interval = 1.0
+    refresh_interval = 30.0
+    groups_joined: tuple[str, ...] = ()
+    task: asyncio.Task | None = None
+
+    async def connect(self):
+        if not await _staff_only(self):
+            return
+        self.pending: dict[str, dict] = {}
+        await self._join()
+        await self.accept()
+        await self.send_json(
+            {"type": "snapshot", "hosts": [g.split(".", 2)[2] for g in self.groups_joined]}
+        )
+        self.task = asyncio.create_task(self._flush_loop())
+
+    async def _join(self) -> None:
+        names = await database_sync_to_async(fleet_hosts)()
+        groups = tuple(host_group(n) for n in names)
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        for group in set(self.groups_joined) - set(groups):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = groups
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_refresh = loop.time() + self.refresh_interval
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            if self.pending:
+                batch, self.pending = self.pending, {}
+                await self.send_json({"type": "fleet", "hosts": batch})
+            if loop.time() >= next_refresh:
+                next_refresh = loop.time() + self.refresh_interval
+                await self._join()
+
+    async def disconnect(self, code):
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        for group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def telemetry_sample(self, message):
+        # Only what the heatmap needs; the newest message of each host wins.
+        self.pending[message.get("host", "?")] = {
+            "ts": message.get("ts"),
+            "simulated": bool(message.get("simulated")),
+            "gpus": [
+                {
+                    "index": g.get("index"),
+                    "util": g.get("util"),
+                    "mem_used": g.get("mem_used"),
+                    "mem_total": g.get("mem_total"),
+                    "stale": bool(g.get("stale")),
+                }
+                for g in message.get("gpus", [])
+            ],
+        }

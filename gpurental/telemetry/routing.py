@@ -2,8 +2,10 @@
 
 from django.urls import path
 
-from gpurental.telemetry.consumers import InstanceConsumer
+from gpurental.telemetry.consumers import FleetConsumer, HostConsumer, InstanceConsumer
 
 websocket_urlpatterns = [
     path("ws/instances/<str:instance_id>/", InstanceConsumer.as_asgi()),
+    path("ws/hosts/<str:host_name>/", HostConsumer.as_asgi()),
+    path("ws/fleet/", FleetConsumer.as_asgi()),
 ]

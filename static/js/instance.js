@@ -1,4 +1,6 @@
 // Live instance page: status and progress steps arrive over a websocket; no reload.
+// The same socket carries this instance's GPU samples (1 s) for the live charts;
+// history (1 h, 24 h) comes from per-minute rollups over HTTP.
 (function () {
   const root = document.getElementById("instance");
   if (!root) return;
@@ -7,6 +9,7 @@
   const reasonEl = document.getElementById("reason");
   const timeline = document.getElementById("timeline");
   const live = document.getElementById("live");
+  const banner = document.getElementById("idle-banner");
   let retry = 1000;
 
   function setStatus(status, reason) {
@@ -36,6 +39,127 @@
     timeline.appendChild(li);
   }
 
+  // The idle auto-stop notice: shown from a warning until activity resumes or the status changes.
+  function noticeBanner(event) {
+    if (!banner) return;
+    if (event.kind === "notice" && event.step === "idle_warning") {
+      banner.textContent = event.reason;
+      banner.hidden = false;
+    } else if (event.kind === "transition" || (event.kind === "notice" && event.step === "idle_cleared")) {
+      banner.hidden = true;
+    }
+  }
+
+  // --- charts -----------------------------------------------------------------
+  const charts = document.getElementById("gpu-charts");
+  const LIVE_SECONDS = 300;
+  const GIB = 1024 * 1024 * 1024;
+  const COLOURS = ["#2f6fed", "#e8590c", "#2b8a3e", "#ae3ec9", "#1098ad", "#f08c00", "#c2255c", "#5c940d"];
+  const liveData = {}; // gpu index → [{x: ms, util, mem}]
+  let liveUtil = null, liveMem = null, historyUtil = null, historyMem = null;
+  let historyWindow = "1h";
+  let lastDraw = 0;
+
+  function timeLabel(ms) { return new Date(ms).toTimeString().slice(0, 8); }
+
+  function lineChart(canvas, yMax) {
+    if (!canvas || typeof Chart === "undefined") return null;
+    return new Chart(canvas, {
+      type: "line",
+      data: { datasets: [] },
+      options: {
+        animation: false, responsive: true, parsing: false, normalized: true,
+        elements: { point: { radius: 0 }, line: { borderWidth: 1.5 } },
+        interaction: { mode: "nearest", intersect: false },
+        scales: {
+          x: { type: "linear", ticks: { callback: timeLabel, maxTicksLimit: 6 } },
+          y: { min: 0, max: yMax, beginAtZero: true },
+        },
+        plugins: { tooltip: { callbacks: { title: function (items) { return items.length ? timeLabel(items[0].parsed.x) : ""; } } } },
+      },
+    });
+  }
+
+  function datasets(series, key, scale) {
+    return Object.keys(series).sort(function (a, b) { return a - b; }).map(function (index) {
+      return {
+        label: "GPU " + index,
+        borderColor: COLOURS[index % COLOURS.length],
+        backgroundColor: COLOURS[index % COLOURS.length],
+        data: series[index].map(function (p) { return { x: p.x, y: p[key] === null ? null : p[key] / scale }; }),
+        spanGaps: false,
+      };
+    });
+  }
+
+  function drawLive(now) {
+    if (!liveUtil) return;
+    const min = now - LIVE_SECONDS * 1000;
+    [liveUtil, liveMem].forEach(function (chart) {
+      chart.options.scales.x.min = min;
+      chart.options.scales.x.max = now;
+    });
+    liveUtil.data.datasets = datasets(liveData, "util", 1);
+    liveMem.data.datasets = datasets(liveData, "mem", GIB);
+    liveUtil.update("none");
+    liveMem.update("none");
+  }
+
+  function onSample(data) {
+    const ms = (data.ts || Date.now() / 1000) * 1000;
+    const cutoff = ms - LIVE_SECONDS * 1000;
+    (data.gpus || []).forEach(function (gpu) {
+      const points = liveData[gpu.index] || (liveData[gpu.index] = []);
+      points.push({ x: ms, util: gpu.stale ? null : gpu.util, mem: gpu.stale ? null : gpu.mem_used });
+      while (points.length && points[0].x < cutoff) points.shift();
+    });
+    document.getElementById("telemetry-live").textContent = "live, 1 s";
+    if (data.simulated) document.getElementById("telemetry-simulated").hidden = false;
+    if (Date.now() - lastDraw > 900) { lastDraw = Date.now(); drawLive(ms); }
+  }
+
+  function loadHistory() {
+    if (!historyUtil) return;
+    fetch(charts.dataset.historyUrl + "?window=" + historyWindow, { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : Promise.reject(response.status); })
+      .then(function (data) {
+        const series = {};
+        data.gpus.forEach(function (gpu) {
+          series[gpu.index] = gpu.points.map(function (p) { return { x: Date.parse(p.t), util: p.util, mem: p.mem_used }; });
+        });
+        [historyUtil, historyMem].forEach(function (chart) {
+          chart.options.scales.x.min = Date.parse(data.since);
+          chart.options.scales.x.max = Date.parse(data.until);
+        });
+        historyUtil.data.datasets = datasets(series, "util", 1);
+        historyMem.data.datasets = datasets(series, "mem", GIB);
+        historyUtil.update("none");
+        historyMem.update("none");
+        const note = document.getElementById("history-note");
+        note.textContent = (data.gpus.length ? "" : "no per-minute data yet") + (data.simulated ? " · simulated" : "");
+        if (data.simulated) document.getElementById("telemetry-simulated").hidden = false;
+      })
+      .catch(function () { document.getElementById("history-note").textContent = "history unavailable"; });
+  }
+
+  if (charts) {
+    liveUtil = lineChart(document.getElementById("live-util"), 100);
+    liveMem = lineChart(document.getElementById("live-mem"));
+    historyUtil = lineChart(document.getElementById("history-util"), 100);
+    historyMem = lineChart(document.getElementById("history-mem"));
+    charts.querySelectorAll("[data-window]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        historyWindow = button.dataset.window;
+        charts.querySelectorAll("[data-window]").forEach(function (b) { b.setAttribute("aria-pressed", b === button ? "true" : "false"); });
+        loadHistory();
+      });
+    });
+    loadHistory();
+    setInterval(loadHistory, 60000);
+    // Keep the live window moving even when no sample arrives (stopped instance, lost host).
+    setInterval(function () { if (Date.now() - lastDraw > 2000) { lastDraw = Date.now(); drawLive(Date.now()); } }, 2000);
+  }
+
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const socket = new WebSocket(scheme + "://" + location.host + "/ws/instances/" + id + "/");
@@ -45,11 +169,15 @@
       if (data.type === "snapshot") {
         // Whatever happened before we subscribed: the snapshot rebuilds the timeline.
         timeline.replaceChildren();
-        (data.events || []).forEach(addEvent);
+        if (banner) banner.hidden = true;
+        (data.events || []).forEach(function (event) { addEvent(event); noticeBanner(event); });
         setStatus(data.status, data.reason);
       } else if (data.type === "event") {
         addEvent(data);
+        noticeBanner(data);
         if (data.kind === "transition") setStatus(data.status, data.reason);
+      } else if (data.type === "telemetry") {
+        onSample(data);
       }
     };
     socket.onclose = function (event) {

@@ -7,6 +7,7 @@ tests can check that handles are opened once.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -48,6 +49,11 @@ class FakeDevice:
     sm_clock: int = 1980
     nvlink_peers: set[int] = field(default_factory=set)
     p2p_supported: bool = True
+    # Boards such as some PCIe cards answer NOT_SUPPORTED for power.
+    power_supported: bool = True
+    # A driver call that hangs (a GPU falling off the bus): set, utilisation
+    # reads block until the test sets the event.
+    hang: threading.Event | None = None
 
 
 class _State:
@@ -77,8 +83,12 @@ def _check(handle=None) -> FakeDevice | None:
     return None
 
 
+_calls_lock = threading.Lock()  # sampling reads GPUs from several threads
+
+
 def _count(name: str) -> None:
-    state.calls[name] += 1
+    with _calls_lock:
+        state.calls[name] += 1
 
 
 def nvmlInit() -> None:
@@ -122,6 +132,7 @@ def nvmlDeviceGetUUID(handle) -> str:
 
 
 def nvmlDeviceGetMemoryInfo(handle, version=None):
+    _count("nvmlDeviceGetMemoryInfo")
     dev = _check(handle)
     return SimpleNamespace(
         total=dev.memory_total, used=dev.memory_used, free=dev.memory_total - dev.memory_used
@@ -131,20 +142,28 @@ def nvmlDeviceGetMemoryInfo(handle, version=None):
 def nvmlDeviceGetUtilizationRates(handle):
     _count("nvmlDeviceGetUtilizationRates")
     dev = _check(handle)
+    if dev.hang is not None:
+        dev.hang.wait(30)
     return SimpleNamespace(gpu=dev.utilization, memory=min(100, dev.utilization // 2))
 
 
 def nvmlDeviceGetTemperature(handle, sensor: int) -> int:
+    _count("nvmlDeviceGetTemperature")
     if sensor != NVML_TEMPERATURE_GPU:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return _check(handle).temperature
 
 
 def nvmlDeviceGetPowerUsage(handle) -> int:
-    return _check(handle).power_mw
+    _count("nvmlDeviceGetPowerUsage")
+    dev = _check(handle)
+    if not dev.power_supported:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return dev.power_mw
 
 
 def nvmlDeviceGetClockInfo(handle, clock_type: int) -> int:
+    _count("nvmlDeviceGetClockInfo")
     if clock_type != NVML_CLOCK_SM:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return _check(handle).sm_clock

@@ -4,7 +4,7 @@
 stands in on hosts without them. Nothing else imports ``pynvml``.
 """
 
-from gpurental.agent.gpus.base import GpuInfo, GpuSource
+from gpurental.agent.gpus.base import GpuInfo, GpuSample, GpuSource
 from gpurental.agent.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpurental.agent.gpus.simulated import SimulatedSource
 
@@ -23,6 +23,7 @@ def make_source(
 
 __all__ = [
     "GpuInfo",
+    "GpuSample",
     "GpuSource",
     "NvmlSource",
     "NvmlUnavailable",

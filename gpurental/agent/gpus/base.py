@@ -25,4 +25,38 @@ class GpuSource(Protocol):
 
     def inventory(self) -> list[GpuInfo]: ...
 
+    def sample(self, *, activity: dict[int, float | None] | None = None) -> list[GpuSample]:
+        """Every GPU's numbers now; never blocks much longer than a tick's deadline.
+
+        ``activity`` maps the indices of GPUs held by an instance to how busy that
+        instance is (0..1, None when unknown); only the simulated source uses it.
+        """
+        ...
+
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU's numbers for one sampler tick.
+
+    ``None`` means "not available" (e.g. power on a board that does not report it);
+    ``stale`` means the source did not answer within the tick's deadline, so every
+    number is ``None`` for this tick.
+    """
+
+    index: int
+    util: float | None = None  # % of the sample period a kernel ran (NVML's "gpu" rate)
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None  # bytes
+    temp: float | None = None  # °C
+    power: float | None = None  # W
+    sm_clock: int | None = None  # MHz
+    stale: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def stale_for(cls, index: int) -> GpuSample:
+        return cls(index=index, stale=True)

@@ -1,0 +1,498 @@
+"""Live telemetry fan-out: S simulated hosts × 8 GPUs at 1 Hz → W websocket viewers.
+
+    .venv/bin/python bench/telemetry.py [--hosts 10] [--clients 50] [--fleet-clients 0]
+                                        [--duration 15] [--warmup 3]
+
+Starts its own embedded PostgreSQL and Redis in a temp dir and a real Daphne
+(``gpurental.asgi``) on 127.0.0.1, creates S hosts with 8 simulated GPUs and one
+running instance per GPU (as many as there are clients, each with its own owner),
+then in this process:
+
+- S publishers: the agent's own ``Sampler`` (simulated source, instance stamps) per
+  host, each ticking once a second at its own phase (like independent agents), the
+  message sent with ``group_send`` to ``telemetry.host.<name>``, as the agent does;
+- W websocket clients (a minimal asyncio client, session cookies of the owners):
+  client i watches instance i on ``/ws/instances/<id>/``; F staff clients watch
+  ``/ws/fleet/``.
+
+It prints, over the measured window: samples delivered to clients per second,
+sample-to-client latency p50/p99 (sample timestamp → frame received; one clock),
+dropped messages (ticks of a watched GPU that never reached its viewer), and the
+CPU used by Daphne, Redis and this process. Loopback only; every loop is bounded.
+
+Measured on the 2-core development VM (shared with other work, so noisy):
+see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SECRET = "bench-" + uuid.uuid4().hex * 2
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def setup_django(var_dir: Path) -> dict[str, str]:
+    from gpurental import embedded
+
+    urls = embedded.ensure(var_dir)  # always its own servers: never touch real data
+    os.environ.update(urls)
+    os.environ["SECRET_KEY"] = SECRET
+    os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return urls
+
+
+def make_fleet(hosts: int, clients: int, fleet_clients: int) -> dict:
+    """Hosts, GPUs, one running instance per watched GPU, and a session per viewer."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import make_password
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.utils import timezone
+    from psycopg.types.range import Range
+
+    from gpurental.accounts.models import User
+    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+    from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
+    from gpurental.rentals.models import Allocation, Instance, InstanceStatus
+
+    model = GPUModel.objects.create(
+        slug="a100",
+        name="A100 80GB SXM",
+        short_name="A100",
+        nvml_names=["NVIDIA A100-SXM4-80GB"],
+        memory_gb=80,
+        fp16_tflops=312,
+        bf16_tflops=312,
+        fp32_tflops=19.5,
+        memory_bandwidth_gbs=2039,
+        interconnect=Interconnect.NVSWITCH,
+        nvlink_bandwidth_gbs=600,
+    )
+    plan = Plan.objects.create(
+        slug="a100-x1",
+        name="1× A100",
+        gpu_model=model,
+        gpu_count=1,
+        vcpus=8,
+        memory_gb=32,
+        disk_gb=100,
+        hourly_rate=2,
+    )
+    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x:latest")
+    gpus = []
+    for s in range(hosts):
+        host, _ = host_create(name=f"bench-{s:03d}")
+        gpus += [(host, g) for g in host_simulated_gpus_ensure(host=host, model=model, count=8)]
+    # Spread viewers over hosts: instance i on host i % S.
+    gpus.sort(key=lambda hg: (hg[1].index, hg[0].name))
+    now = timezone.now()
+    watched = min(clients, len(gpus))
+    nologin = make_password(None)  # viewers log in by session only
+    users = User.objects.bulk_create(
+        [User(email=f"viewer{i}@bench.invalid", password=nologin) for i in range(watched)]
+    )
+    staff = User.objects.create(email="staff@bench.invalid", password=nologin, is_staff=True)
+    instances = Instance.objects.bulk_create(
+        [
+            Instance(
+                user=users[i],
+                plan=plan,
+                gpu_model=model,
+                gpu_count=1,
+                image=image,
+                host=gpus[i][0],
+                status=InstanceStatus.RUNNING,
+                running_since=now,
+            )
+            for i in range(watched)
+        ]
+    )
+    Allocation.objects.bulk_create(
+        [
+            Allocation(gpu=gpus[i][1], instance=instances[i], period=Range(now, None, "[)"))
+            for i in range(watched)
+        ]
+    )
+
+    def session(user) -> str:
+        store = SessionStore()
+        store["_auth_user_id"] = str(user.pk)
+        store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+        store["_auth_user_hash"] = user.get_session_auth_hash()
+        store.create()
+        return store.session_key
+
+    staff_session = session(staff)
+    viewers = [
+        {
+            "path": f"/ws/instances/{instances[i % watched].pk}/",
+            "cookie": session(users[i % watched]),
+            "host": gpus[i % watched][0].name,
+        }
+        for i in range(clients)
+    ]
+    viewers += [
+        {"path": "/ws/fleet/", "cookie": staff_session, "host": "*"} for _ in range(fleet_clients)
+    ]
+    stamps = {}
+    for i in range(watched):
+        host, gpu = gpus[i]
+        stamps.setdefault(host.name, {})[gpu.index] = str(instances[i].pk)
+    return {
+        "hosts": sorted({h.name for h, _ in gpus}),
+        "viewers": viewers,
+        "stamps": stamps,
+        "layer_host": settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0],
+    }
+
+
+def start_daphne(port: int, urls: dict, log_path: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        **urls,
+        "SECRET_KEY": SECRET,
+        "SECURE_COOKIES": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "gpurental.asgi:application",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+
+
+def wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"Daphne did not listen on {port} within {timeout} s")
+
+
+# --- a minimal websocket client (RFC 6455, text frames, ping/pong, close) ------------
+
+
+class Viewer:
+    def __init__(self, port: int, path: str, cookie: str, host: str):
+        self.port, self.path, self.cookie, self.host = port, path, cookie, host
+        self.latencies: list[float] = []
+        self.received: dict[str, int] = {}  # host → messages of that host inside the window
+        self.close_code: int | None = None
+        self.window = (float("inf"), float("-inf"))
+
+    async def connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.writer.write(
+            (
+                f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                f"Origin: http://127.0.0.1:{self.port}\r\nCookie: sessionid={self.cookie}\r\n\r\n"
+            ).encode()
+        )
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 30)
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"handshake refused: {head[:80]!r}")
+
+    def _send(self, opcode: int, payload: bytes = b"") -> None:
+        mask = os.urandom(4)
+        header = bytes([0x80 | opcode])
+        n = len(payload)
+        header += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n)
+        self.writer.write(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    async def _frame(self) -> tuple[int, bytes]:
+        b1, b2 = await self.reader.readexactly(2)
+        length = b2 & 0x7F
+        if length == 126:
+            (length,) = struct.unpack("!H", await self.reader.readexactly(2))
+        elif length == 127:
+            (length,) = struct.unpack("!Q", await self.reader.readexactly(8))
+        return b1 & 0x0F, await self.reader.readexactly(length)
+
+    def _count(self, host: str, ts: float, now: float) -> None:
+        if self.window[0] <= ts < self.window[1]:
+            self.received[host] = self.received.get(host, 0) + 1
+            self.latencies.append(now - ts)
+
+    async def run(self, until: float) -> None:
+        while time.time() < until:
+            try:
+                opcode, payload = await asyncio.wait_for(
+                    self._frame(), max(0.1, until - time.time())
+                )
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                break
+            now = time.time()
+            if opcode == 0x8:
+                self.close_code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 0
+                break
+            if opcode == 0x9:
+                self._send(0xA, payload)
+                continue
+            if opcode != 0x1:
+                continue
+            data = json.loads(payload)
+            if data["type"] == "telemetry":
+                self._count(self.host, data["ts"], now)
+            elif data["type"] == "fleet":
+                for host, sample in data["hosts"].items():
+                    self._count(host, sample["ts"], now)
+
+    def close(self) -> None:
+        try:
+            self._send(0x8, struct.pack("!H", 1000))
+            self.writer.close()
+        except (ConnectionError, AttributeError, RuntimeError):
+            pass
+
+
+# --- the run ----------------------------------------------------------------------
+
+
+async def publish_host(
+    layer, sampler, phase: float, start: float, until: float, sent: list
+) -> None:
+    from gpurental.agent.sampler import host_group
+
+    tick = 0
+    while True:
+        at = start + phase + tick
+        tick += 1
+        if at >= until:
+            return
+        await asyncio.sleep(max(0.0, at - time.time()))
+        messages = []
+        sampler.publish = messages.append
+        sampler.tick()
+        await layer.group_send(host_group(sampler.host_name), messages[0])
+        sent.append(messages[0]["ts"])
+
+
+async def run(fleet: dict, port: int, duration: float, warmup: float, pids: dict) -> dict:
+    from channels_redis.core import RedisChannelLayer
+
+    from gpurental.agent.activity import Holding, Holdings
+    from gpurental.agent.gpus import SimulatedSource
+    from gpurental.agent.sampler import Sampler
+
+    viewers = [Viewer(port, v["path"], v["cookie"], v["host"]) for v in fleet["viewers"]]
+    gate = asyncio.Semaphore(16)
+
+    async def connect(viewer: Viewer) -> None:
+        async with gate:
+            for attempt in range(3):  # a burst of handshakes can overflow the listen backlog
+                try:
+                    await viewer.connect()
+                    return
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(0.5)
+
+    started = time.monotonic()
+    await asyncio.gather(*(connect(v) for v in viewers))
+    connect_s = time.monotonic() - started
+    # Real agents each have their own connection; here S publishers share one pool.
+    layer = RedisChannelLayer(
+        hosts=[{**fleet["layer_host"], "max_connections": len(fleet["hosts"]) + 16}]
+    )
+    samplers = []
+    for name in fleet["hosts"]:
+        holdings = Holdings()
+        for index, instance_id in fleet["stamps"].get(name, {}).items():
+            holdings.track(Holding(instance_id, (index,)))
+        samplers.append(
+            Sampler(
+                host_name=name,
+                source=SimulatedSource(host_name=name, model_name="NVIDIA A100-SXM4-80GB"),
+                holdings=holdings,
+                publish=None,
+                send_batch=None,
+            )
+        )
+    start = time.time() + 0.5
+    window = (start + warmup, start + warmup + duration)
+    until = window[1] + 2.0  # let the last messages arrive
+    for viewer in viewers:
+        viewer.window = window
+    sent: dict[str, list[float]] = {s.host_name: [] for s in samplers}
+    tasks = [
+        publish_host(layer, s, i / len(samplers), start, window[1], sent[s.host_name])
+        for i, s in enumerate(samplers)
+    ]
+    readers = [v.run(until) for v in viewers]
+
+    async def measure_cpu() -> dict:
+        await asyncio.sleep(max(0.0, window[0] - time.time()))
+        before = {k: cpu_seconds(p) for k, p in pids.items()}
+        await asyncio.sleep(max(0.0, window[1] - time.time()))
+        return {k: (cpu_seconds(p) - before[k]) / duration for k, p in pids.items()}
+
+    results = await asyncio.gather(measure_cpu(), *tasks, *readers)
+    for viewer in viewers:
+        viewer.close()
+    await layer.close_pools()
+    ticks_in_window = {
+        name: sum(1 for ts in stamps if window[0] <= ts < window[1])
+        for name, stamps in sent.items()
+    }
+    instance_viewers = [v for v in viewers if v.host != "*"]
+    fleet_viewers = [v for v in viewers if v.host == "*"]
+    expected = sum(ticks_in_window[v.host] for v in instance_viewers)
+    received = sum(
+        min(ticks_in_window[v.host], v.received.get(v.host, 0)) for v in instance_viewers
+    )
+    # A fleet viewer gets the newest sample of each host once a second: ticks that land
+    # in the same flush are coalesced by design, so count updates, not drops.
+    fleet_updates = sum(sum(v.received.values()) for v in fleet_viewers)
+    fleet_possible = len(fleet_viewers) * len(sent) * duration
+    return {
+        "connect_s": connect_s,
+        "cpu": results[0],
+        "expected": expected,
+        "received": received,
+        "delivered": sum(len(v.latencies) for v in viewers),
+        "latencies": [lat for v in instance_viewers for lat in v.latencies],
+        "fleet_latencies": [lat for v in fleet_viewers for lat in v.latencies],
+        "fleet_update_ratio": fleet_updates / fleet_possible if fleet_possible else None,
+        "closed": [v.close_code for v in viewers if v.close_code is not None],
+        "host_ticks": sum(ticks_in_window.values()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hosts", type=int, default=10)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--fleet-clients", type=int, default=0)
+    parser.add_argument("--duration", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    args = parser.parse_args()
+    if not (1 <= args.hosts <= 1000 and 0 <= args.clients <= 5000 and 1 <= args.duration <= 600):
+        parser.error("keep it bounded: 1-1000 hosts, 0-5000 clients, 1-600 s")
+    work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
+    from gpurental import embedded
+
+    daphne = None
+    try:
+        urls = setup_django(work / "var")
+        fleet = make_fleet(args.hosts, args.clients, args.fleet_clients)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        daphne = start_daphne(port, urls, work / "daphne.log")
+        wait_for_port(port, 60)
+        redis_pid = int((work / "var" / "redis" / "redis.pid").read_text())
+        pids = {"daphne": daphne.pid, "redis": redis_pid, "bench": os.getpid()}
+        print(
+            f"telemetry fan-out: {args.hosts} hosts × 8 GPUs at 1 Hz → {args.clients} instance "
+            f"viewers + {args.fleet_clients} fleet viewers, {args.duration:g} s measured "
+            f"({os.cpu_count()} CPUs, one Daphne process)",
+            flush=True,
+        )
+        result = asyncio.run(run(fleet, port, args.duration, args.warmup, pids))
+    finally:
+        if daphne is not None:
+            daphne.terminate()
+            try:
+                daphne.wait(20)
+            except subprocess.TimeoutExpired:
+                daphne.kill()
+        embedded.stop(work / "var")
+        log = (
+            (work / "daphne.log").read_text(errors="replace")
+            if (work / "daphne.log").exists()
+            else ""
+        )
+        shutil.rmtree(work, ignore_errors=True)
+        lines = log.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+        if starts:
+            print(f"daphne log: {len(starts)} tracebacks; the first:")
+            print("\n".join("    " + line for line in lines[starts[0] : starts[0] + 60]))
+    lat = result["latencies"]
+    dropped = result["expected"] - result["received"]
+    cpu = result["cpu"]
+    print(f"connected {len(fleet['viewers'])} websockets in {result['connect_s']:.1f} s")
+    print(f"host messages published: {result['host_ticks'] / args.duration:.1f}/s")
+    print(f"delivered to clients:    {result['delivered'] / args.duration:.1f} messages/s")
+    print(
+        f"latency sample→viewer:  p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
+        f"p99 {percentile(lat, 0.99) * 1000:.1f} ms, max {max(lat, default=float('nan')) * 1000:.1f} ms"
+        + (f", mean {statistics.mean(lat) * 1000:.1f} ms" if lat else "")
+    )
+    share = 100 * dropped / result["expected"] if result["expected"] else 0.0
+    print(f"dropped:                 {dropped} of {result['expected']} ({share:.2f} %)")
+    if result["fleet_update_ratio"] is not None:
+        fleet_lat = result["fleet_latencies"]
+        print(
+            f"fleet viewers:           {result['fleet_update_ratio']:.2f} updates per host-second, "
+            f"age at arrival p50 {percentile(fleet_lat, 0.5) * 1000:.0f} ms, "
+            f"p99 {percentile(fleet_lat, 0.99) * 1000:.0f} ms (batched once a second)"
+        )
+    print(
+        f"CPU (cores):             daphne {cpu['daphne']:.2f}, redis {cpu['redis']:.2f}, "
+        f"bench (publishers + clients) {cpu['bench']:.2f}"
+    )
+    if result["closed"]:
+        print(
+            f"closed by the server: {len(result['closed'])} (codes {sorted(set(result['closed']))})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Telemetry reads: paid vs used, chart history, the latest live samples."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.db.models import Aggregate, Avg, BooleanField, Count
+
+from gpurental.agent.sampler import latest_key
+from gpurental.fleet.models import Host
+from gpurental.rentals.models import Allocation, Instance
+from gpurental.rentals.selectors import HOLDING, instance_gpus, running_seconds
+from gpurental.telemetry.models import GpuMinute
+
+log = logging.getLogger(__name__)
+
+
+class BoolOr(Aggregate):
+    function = "BOOL_OR"
+    output_field = BooleanField()
+
+
+# Chart windows: how far back, and the bucket each point stands for.
+WINDOWS = {"1h": (timedelta(hours=1), 60), "24h": (timedelta(hours=24), 600)}
+
+
+def instance_usage(*, instance: Instance, now: datetime) -> dict:
+    """Paid vs used: running time (what is billed) beside the GPUs' average utilisation.
+
+    The average is over the GPU-minutes that have a rollup while the instance held
+    the GPUs; ``coverage`` says how much of the billed time that is (a host whose
+    agent was down has no numbers, and no number is better than a made-up one).
+    """
+    seconds = running_seconds(instance=instance, until=now)
+    rows = GpuMinute.objects.filter(instance=instance).aggregate(
+        util=Avg("util_avg"),
+        gpu_minutes=Count("id"),
+        minutes=Count("minute", distinct=True),
+        simulated=BoolOr("simulated"),
+        mem=Avg("mem_used_avg"),
+    )
+    measured_s = (rows["minutes"] or 0) * 60
+    return {
+        "paid_hours": round(seconds / 3600, 2),
+        "paid_gpu_hours": round(seconds * instance.gpu_count / 3600, 2),
+        "avg_util": None if rows["util"] is None else round(rows["util"], 1),
+        "avg_mem_bytes": None if rows["mem"] is None else int(rows["mem"]),
+        "measured_minutes": rows["minutes"] or 0,
+        "coverage": min(1.0, measured_s / seconds) if seconds else None,
+        "simulated": bool(rows["simulated"]),
+    }
+
+
+def instance_history(*, instance: Instance, window: str, now: datetime) -> dict:
+    """Per GPU, utilisation and memory points for the 1 h or 24 h chart (bucketed averages)."""
+    span, bucket_s = WINDOWS[window]
+    since = now - span
+    rows = (
+        GpuMinute.objects.filter(instance=instance, minute__gte=since)
+        .order_by("minute")
+        .values_list("gpu_index", "minute", "util_avg", "util_max", "mem_used_avg", "mem_total")
+    )
+    buckets: dict[int, dict[int, list]] = {}
+    for index, minute, util, util_max, mem, total in rows:
+        key = int(minute.timestamp()) // bucket_s * bucket_s
+        slot = buckets.setdefault(index, {}).setdefault(key, [0, 0.0, 0.0, 0.0, 0])
+        slot[0] += 1
+        slot[1] += util
+        slot[2] = max(slot[2], util_max)
+        slot[3] += mem
+        slot[4] = max(slot[4], total)
+    simulated = GpuMinute.objects.filter(
+        instance=instance, minute__gte=since, simulated=True
+    ).exists()
+    gpus = []
+    for index in sorted(buckets):
+        points = []
+        for key in sorted(buckets[index]):
+            n, util_sum, util_max, mem_sum, total = buckets[index][key]
+            points.append(
+                {
+                    "t": datetime.fromtimestamp(key, tz=UTC).isoformat(),
+                    "util": round(util_sum / n, 1),
+                    "util_max": util_max,
+                    "mem_used": int(mem_sum / n),
+                    "mem_total": total,
+                }
+            )
+        gpus.append({"index": index, "points": points})
+    return {
+        "window": window,
+        "bucket_seconds": bucket_s,
+        "since": since.isoformat(),
+        "until": now.isoformat(),
+        "simulated": simulated,
+        "gpus": gpus,
+    }
+
+
+def telemetry_scope(*, instance_id) -> dict:
+    """What an instance's live stream may carry: its host and the GPU indices it holds now."""
+    instance = Instance.objects.select_related("host").filter(pk=instance_id).first()
+    if instance is None or instance.host is None or instance.status not in HOLDING:
+        return {"host": None, "gpus": [], "simulated": False}
+    return {
+        "host": instance.host.name,
+        "gpus": [g.index for g in instance_gpus(instance)],
+        "simulated": instance.host.gpu_source == "simulated",
+    }
+
+
+# --- latest samples (Redis) -----------------------------------------------------
+
+
+def _redis() -> redis.Redis:
+    """The channel layer's Redis, where each host's sampler keeps its latest message."""
+    host = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
+    url = host["address"] if isinstance(host, dict) else host
+    return redis.Redis.from_url(url, socket_timeout=2)
+
+
+def latest_samples(*, hosts: list[str]) -> dict[str, dict]:
+    """The newest message of each host's sampler (absent when older than 15 s or unreadable)."""
+    if not hosts:
+        return {}
+    try:
+        values = _redis().mget([latest_key(name) for name in hosts])
+    except redis.RedisError:
+        log.warning("cannot read the latest samples from Redis", exc_info=True)
+        return {}
+    found = {}
+    for name, raw in zip(hosts, values, strict=True):
+        if raw:
+            try:
+                found[name] = json.loads(raw)
+            except ValueError:
+                continue
+    return found
+
+
+def gpu_holders() -> dict[tuple[str, int], str]:
+    """(host name, GPU index) → id of the instance holding it now (control plane's view)."""
+    rows = Allocation.objects.filter(
+        period__upper_inf=True, instance__status__in=HOLDING
+    ).values_list("gpu__host__name", "gpu__index", "instance_id")
+    return {(host, index): str(iid) for host, index, iid in rows}
+
+
+def fleet_hosts() -> list[str]:
+    return list(Host.objects.order_by("name").values_list("name", flat=True))
+
+
+def fleet_heatmap(*, now: datetime) -> list[dict]:
+    """Per host, per GPU: the latest utilisation (for the fleet page's first paint)."""
+    hosts = list(Host.objects.order_by("name").prefetch_related("gpus"))
+    latest = latest_samples(hosts=[h.name for h in hosts])
+    rows = []
+    for host in hosts:
+        sample = latest.get(host.name) or {}
+        by_index = {g.get("index"): g for g in sample.get("gpus", [])}
+        rows.append(
+            {
+                "host": host.name,
+                "simulated": host.gpu_source == "simulated",
+                "gpus": [
+                    {"index": gpu.index, "util": (by_index.get(gpu.index) or {}).get("util")}
+                    for gpu in host.gpus.all()
+                ],
+            }
+        )
+    return rows

@@ -1,0 +1,55 @@
+"""HTTP endpoints of telemetry: Prometheus ``/metrics`` and the charts' history JSON."""
+
+from __future__ import annotations
+
+import hmac
+
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from gpurental.rentals.selectors import instance_visible_to
+from gpurental.telemetry import metrics as prometheus
+from gpurental.telemetry.selectors import WINDOWS, instance_history
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _bearer_ok(request) -> bool:
+    token = settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if not token or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
+
+
+@require_GET
+def metrics(request):
+    """Staff session, or ``Authorization: Bearer $METRICS_TOKEN`` (for Prometheus)."""
+    if not (_bearer_ok(request) or (request.user.is_authenticated and request.user.is_staff)):
+        status = 403 if request.user.is_authenticated else 401
+        response = HttpResponse(
+            "metrics need a staff session or Authorization: Bearer <METRICS_TOKEN>\n",
+            status=status,
+            content_type="text/plain; charset=utf-8",
+        )
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(prometheus.render(), content_type=PROMETHEUS_CONTENT_TYPE)
+
+
+@require_GET
+def instance_history_view(request, instance_id):
+    """Per-GPU utilisation and memory for the last hour or day; owner and staff only."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "log in first"}, status=401)
+    instance = instance_visible_to(user=request.user, instance_id=instance_id)
+    if instance is None:
+        return JsonResponse({"error": "no such instance"}, status=404)
+    window = request.GET.get("window", "1h")
+    if window not in WINDOWS:
+        allowed = ", ".join(WINDOWS)
+        return JsonResponse({"error": f"window must be one of {allowed}"}, status=400)
+    return JsonResponse(instance_history(instance=instance, window=window, now=timezone.now()))

@@ -1,0 +1,64 @@
+// Staff fleet page: a host × GPU heatmap of utilisation, updated live over /ws/fleet/
+// (one batched message a second with the newest sample of every host).
+(function () {
+  const table = document.getElementById("heatmap");
+  const status = document.getElementById("heatmap-live");
+  if (!table) return;
+  let retry = 1000;
+
+  // 0 % pale, 50 % blue, 100 % red.
+  function colour(util) {
+    const u = Math.max(0, Math.min(100, util)) / 100;
+    if (u < 0.5) {
+      const k = u / 0.5;
+      return "hsl(210, " + (60 + 20 * k) + "%, " + (94 - 39 * k) + "%)";
+    }
+    const k = (u - 0.5) / 0.5;
+    return "hsl(" + (210 - 210 * k) + ", 80%, " + (55 - 5 * k) + "%)";
+  }
+
+  function paint(cell, util, stale) {
+    cell.classList.toggle("stale", !!stale);
+    if (stale || util === null || util === undefined || util === "") {
+      cell.textContent = "–";
+      cell.style.background = "";
+      cell.style.color = "";
+      return;
+    }
+    const value = Number(util);
+    cell.textContent = Math.round(value);
+    cell.style.background = colour(value);
+    cell.style.color = value > 45 ? "#fff" : "";
+    cell.title = cell.title.replace(/:.*$/, "") + ": " + value.toFixed(0) + " %";
+  }
+
+  table.querySelectorAll("td.cell").forEach(function (cell) { paint(cell, cell.dataset.util); });
+
+  function update(hosts) {
+    Object.keys(hosts).forEach(function (name) {
+      const row = table.querySelector('tr[data-host="' + CSS.escape(name) + '"]');
+      if (!row) return; // a host added since the page loaded shows after a reload
+      hosts[name].gpus.forEach(function (gpu) {
+        const cell = row.querySelector('td[data-gpu="' + gpu.index + '"]');
+        if (cell) paint(cell, gpu.util, gpu.stale);
+      });
+    });
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(scheme + "://" + location.host + "/ws/fleet/");
+    socket.onopen = function () { status.textContent = "live"; retry = 1000; };
+    socket.onmessage = function (message) {
+      const data = JSON.parse(message.data);
+      if (data.type === "fleet") update(data.hosts);
+    };
+    socket.onclose = function (event) {
+      if (event.code === 4401 || event.code === 4403) { status.textContent = "not allowed"; return; }
+      status.textContent = "reconnecting…";
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, 15000);
+    };
+  }
+  connect();
+})();

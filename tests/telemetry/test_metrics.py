@@ -1,0 +1,138 @@
+"""Prometheus /metrics: who may read it, and output a Prometheus parser accepts."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpurental.rentals.services import lifecycle as lc
+from tests.telemetry.conftest import host_message
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"(,|$)')
+
+
+def parse(text: str) -> tuple[dict[str, str], list[tuple[str, dict, float]]]:
+    """A strict reader of the text format: every sample's family has HELP and TYPE first."""
+    types, samples = {}, []
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a sample line: {line!r}"
+        name, raw_labels, value = match.groups()
+        labels = {}
+        if raw_labels:
+            body = raw_labels[1:-1]
+            found = LABEL.findall(body)
+            assert "".join(f'{k}="{v}"{sep}' for k, v, sep in found) == body, line
+            labels = {k: v for k, v, _ in found}
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert name in types or family in types, f"{name} has no TYPE line"
+        samples.append((name, labels, float(value)))
+    return types, samples
+
+
+def values(samples, name, **where):
+    return [v for n, labels, v in samples if n == name and where.items() <= labels.items()]
+
+
+def test_metrics_need_staff_or_the_bearer_token(client, alice, carol, settings):
+    settings.METRICS_TOKEN = "s3cret-token"
+    response = client.get("/metrics")
+    assert response.status_code == 401 and "Bearer" in response["WWW-Authenticate"]
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    ok = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token")
+    assert ok.status_code == 200 and ok["Content-Type"].startswith("text/plain; version=0.0.4")
+    client.force_login(alice)
+    assert client.get("/metrics").status_code == 403
+    client.force_login(carol)
+    assert client.get("/metrics").status_code == 200
+
+
+def test_no_token_configured_means_no_token_works(client, settings, db):
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+
+
+def test_gpu_gauges_come_from_the_latest_samples_with_the_holding_instance(
+    client, carol, alice, run_instance, publisher
+):
+    mine = run_instance(alice)
+    (gpu,) = mine.gpu_indices
+    other = next(i for i in range(4) if i != gpu)
+    publisher.publish(host_message((gpu, str(mine.pk), 42.5), (other, None, 0.0), ts=time.time()))
+    client.force_login(carol)
+    types, samples = parse(client.get("/metrics").content.decode())
+    assert types["gpurental_gpu_utilization"] == "gauge"
+    assert values(samples, "gpurental_gpu_utilization", host="node1", gpu=str(gpu)) == [42.5]
+    (labels,) = [
+        labels
+        for name, labels, _ in samples
+        if name == "gpurental_gpu_utilization" and labels["gpu"] == str(gpu)
+    ]
+    assert labels == {
+        "host": "node1",
+        "gpu": str(gpu),
+        "instance": str(mine.pk),
+        "simulated": "true",
+    }
+    assert values(samples, "gpurental_gpu_utilization", gpu=str(other), instance="") == [0.0]
+    assert values(samples, "gpurental_gpu_memory_used_bytes", gpu=str(gpu)) == [4.25e9]
+    assert values(samples, "gpurental_gpu_temperature_celsius", gpu=str(gpu)) == [40.0]
+    assert values(samples, "gpurental_gpu_power_watts", gpu=str(gpu)) == [100.0]
+    (age,) = values(samples, "gpurental_host_sample_age_seconds", host="node1")
+    assert 0 <= age < 15
+
+
+def test_fleet_counters_and_the_launch_duration_histogram(
+    client, carol, alice, bob, image, a100, node1, sent
+):
+    fast = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1, now=T0)
+    lc.instance_report_running(
+        instance_id=str(fast.pk), port=40000, container_id="a", now=T0 + timedelta(seconds=7)
+    )
+    slow = lc.instance_launch(user=bob, image=image, gpu_model=a100, gpu_count=1, now=T0)
+    lc.instance_report_running(
+        instance_id=str(slow.pk), port=40001, container_id="b", now=T0 + timedelta(seconds=95)
+    )
+    broken = lc.instance_launch(user=bob, image=image, gpu_model=a100, gpu_count=1, now=T0)
+    lc.instance_report_failed(instance_id=str(broken.pk), reason="image missing", now=T0)
+    client.force_login(carol)
+    types, samples = parse(client.get("/metrics").content.decode())
+    assert values(samples, "gpurental_instances", status="running") == [2]
+    assert values(samples, "gpurental_instances", status="failed") == [1]
+    assert values(samples, "gpurental_instances", status="stopped") == [0]
+    assert types["gpurental_instance_launches_total"] == "counter"
+    assert values(samples, "gpurental_instance_launches_total") == [3]
+    assert values(samples, "gpurental_instance_failures_total") == [1]
+    name = "gpurental_instance_launch_duration_seconds"
+    assert types[name] == "histogram"
+    buckets = {labels["le"]: v for n, labels, v in samples if n == f"{name}_bucket"}
+    assert (buckets["5"], buckets["10"], buckets["60"], buckets["120"], buckets["+Inf"]) == (
+        0,
+        1,
+        1,
+        2,
+        2,
+    )
+    assert list(buckets.values()) == sorted(buckets.values())  # cumulative
+    assert values(samples, f"{name}_count") == [2]
+    assert values(samples, f"{name}_sum") == [102.0]
+
+
+def test_label_values_are_escaped():
+    from gpurental.telemetry.metrics import labels
+
+    assert labels(host='a"b\\c\nd') == '{host="a\\"b\\\\c\\nd"}'
