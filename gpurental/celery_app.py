@@ -21,6 +21,11 @@ app.conf.task_routes = {
 
 # Every periodic job is declared here, in one place.
 app.conf.beat_schedule = {
+    "purge-idempotency-keys": {
+        "task": "gpurental.api.tasks.idempotency_keys_purge",
+        "schedule": 3600.0,
+        "options": {"queue": "control", "expires": 600},
+    },
     "reconcile-fleet": {
         "task": "gpurental.rentals.tasks.reconcile",
         "schedule": float(os.environ.get("RECONCILE_INTERVAL", "10")),
