@@ -319,8 +319,11 @@ async def publish_host(
         sent.append(messages[0]["ts"])
 
 
-async def run(fleet: dict, port: int, duration: float, warmup: float, pids: dict) -> dict:
+async def run(
+    fleet: dict, port: int, duration: float, warmup: float, pids: dict, layer_kind: str
+) -> dict:
     from channels_redis.core import RedisChannelLayer
+    from channels_redis.pubsub import RedisPubSubChannelLayer
 
     from gpurental.agent.activity import Holding, Holdings
     from gpurental.agent.gpus import SimulatedSource
@@ -344,7 +347,8 @@ async def run(fleet: dict, port: int, duration: float, warmup: float, pids: dict
     await asyncio.gather(*(connect(v) for v in viewers))
     connect_s = time.monotonic() - started
     # Real agents each have their own connection; here S publishers share one pool.
-    layer = RedisChannelLayer(
+    layer_class = RedisPubSubChannelLayer if layer_kind == "pubsub" else RedisChannelLayer
+    layer = layer_class(
         hosts=[{**fleet["layer_host"], "max_connections": len(fleet["hosts"]) + 16}]
     )
     samplers = []
@@ -382,7 +386,7 @@ async def run(fleet: dict, port: int, duration: float, warmup: float, pids: dict
     results = await asyncio.gather(measure_cpu(), *tasks, *readers)
     for viewer in viewers:
         viewer.close()
-    await layer.close_pools()
+    await (layer.close_pools() if layer_kind == "core" else layer.flush())
     ticks_in_window = {
         name: sum(1 for ts in stamps if window[0] <= ts < window[1])
         for name, stamps in sent.items()
@@ -420,7 +424,11 @@ def main() -> int:
     parser.add_argument("--fleet-clients", type=int, default=0)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument(
+        "--layer", choices=("core", "pubsub"), default="core", help="CHANNEL_LAYER_BACKEND"
+    )
     args = parser.parse_args()
+    os.environ["CHANNEL_LAYER_BACKEND"] = args.layer  # this process and Daphne
     if not (1 <= args.hosts <= 1000 and 0 <= args.clients <= 5000 and 1 <= args.duration <= 600):
         parser.error("keep it bounded: 1-1000 hosts, 0-5000 clients, 1-600 s")
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
@@ -440,10 +448,10 @@ def main() -> int:
         print(
             f"telemetry fan-out: {args.hosts} hosts × 8 GPUs at 1 Hz → {args.clients} instance "
             f"viewers + {args.fleet_clients} fleet viewers, {args.duration:g} s measured "
-            f"({os.cpu_count()} CPUs, one Daphne process)",
+            f"({os.cpu_count()} CPUs, one Daphne process, {args.layer} channel layer)",
             flush=True,
         )
-        result = asyncio.run(run(fleet, port, args.duration, args.warmup, pids))
+        result = asyncio.run(run(fleet, port, args.duration, args.warmup, pids, args.layer))
     finally:
         if daphne is not None:
             daphne.terminate()

@@ -309,4 +309,13 @@ CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [
     {"address": h, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT} if isinstance(h, str) else h
     for h in CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
 ]
+# "core" (RedisChannelLayer, the default) or "pubsub" (RedisPubSubChannelLayer); agents
+# must use the same (GPURENTAL_TELEMETRY_LAYER). bench/telemetry.py compares the two.
+CHANNEL_LAYER_BACKEND = os.environ.get("CHANNEL_LAYER_BACKEND", "core")
+if CHANNEL_LAYER_BACKEND == "pubsub":
+    CHANNEL_LAYERS["default"]["BACKEND"] = "channels_redis.pubsub.RedisPubSubChannelLayer"
+elif CHANNEL_LAYER_BACKEND != "core":
+    raise ImproperlyConfigured(
+        f"CHANNEL_LAYER_BACKEND={CHANNEL_LAYER_BACKEND!r}: use core or pubsub"
+    )
 # --- end telemetry -----------------------------------------------------------

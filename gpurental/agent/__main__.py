@@ -73,7 +73,7 @@ def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: Cont
     url = config.live_telemetry_url
     publisher = None
     if url is not None:
-        publisher = ChannelPublisher(url, config.host_name)
+        publisher = ChannelPublisher(url, config.host_name, layer=config.telemetry_layer)
     probe = KernelProbe(holdings)
     sampler = Sampler(
         host_name=config.host_name,

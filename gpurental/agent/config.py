@@ -43,6 +43,7 @@ class AgentConfig:
     # Live telemetry: the channel layer's Redis ("" = derive from a Redis broker URL,
     # "off" = no live stream; per-minute batches still go through the broker).
     telemetry_url: str = ""
+    telemetry_layer: str = "core"  # the web's CHANNEL_LAYER_BACKEND: core | pubsub
     sample_interval: float = 1.0
     telemetry_batch_interval: float = 60.0
 
@@ -82,6 +83,11 @@ class AgentConfig:
         ):
             if env.get(key, "auto") not in allowed:
                 raise ConfigError(f"{key}={env[key]!r}: use one of {', '.join(sorted(allowed))}")
+        if env.get("GPURENTAL_TELEMETRY_LAYER", "core") not in {"core", "pubsub"}:
+            raise ConfigError(
+                f"GPURENTAL_TELEMETRY_LAYER={env['GPURENTAL_TELEMETRY_LAYER']!r}: use core or "
+                "pubsub, the same as the web's CHANNEL_LAYER_BACKEND"
+            )
         name = env["GPURENTAL_HOST_NAME"]
         return cls(
             broker_url=env["GPURENTAL_BROKER_URL"],
@@ -99,6 +105,7 @@ class AgentConfig:
             allow_pull=env.get("GPURENTAL_ALLOW_PULL", "0") in {"1", "true", "yes"},
             check_image=env.get("GPURENTAL_IMAGE", "gpurental/jupyter-cpu:latest"),
             telemetry_url=env.get("GPURENTAL_TELEMETRY_URL", ""),
+            telemetry_layer=env.get("GPURENTAL_TELEMETRY_LAYER", "core"),
             sample_interval=_positive(env, "GPURENTAL_SAMPLE_INTERVAL", "1"),
             telemetry_batch_interval=_positive(env, "GPURENTAL_TELEMETRY_BATCH_INTERVAL", "60"),
         )

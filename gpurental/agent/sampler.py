@@ -143,16 +143,20 @@ class ChannelPublisher:
     ``timeout_s`` so a slow Redis costs a gap in the charts, not a stalled tick.
     """
 
-    def __init__(self, url: str, host_name: str, timeout_s: float = 0.5):
+    def __init__(self, url: str, host_name: str, timeout_s: float = 0.5, layer: str = "core"):
         import redis.asyncio as aioredis
         from channels_redis.core import RedisChannelLayer
+        from channels_redis.pubsub import RedisPubSubChannelLayer
 
         self.url = url
         self.host_name = host_name
         self.timeout_s = timeout_s
+        self.layer_kind = layer
         self.loop = asyncio.new_event_loop()
-        # group_send never blocks, but keep reads bounded like the web's layer (settings.py).
-        self.layer = RedisChannelLayer(hosts=[{"address": url, "socket_timeout": 15}])
+        # Must be the web's layer class (settings.CHANNEL_LAYER_BACKEND); group_send
+        # never blocks, but reads stay bounded like the web's (settings.py).
+        layer_class = RedisPubSubChannelLayer if layer == "pubsub" else RedisChannelLayer
+        self.layer = layer_class(hosts=[{"address": url, "socket_timeout": 15}])
         self.redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s)
 
     async def _send(self, message: dict) -> None:
@@ -164,7 +168,10 @@ class ChannelPublisher:
 
     def close(self) -> None:
         async def close():
-            await self.layer.close_pools()
+            if hasattr(self.layer, "close_pools"):
+                await self.layer.close_pools()
+            else:
+                await self.layer.flush()
             await self.redis.aclose()
 
         try:

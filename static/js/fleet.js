@@ -6,15 +6,10 @@
   if (!table) return;
   let retry = 1000;
 
-  // 0 % pale, 50 % blue, 100 % red.
+  // One hue, darker with load: easy to read, and fine for colour-blind eyes.
   function colour(util) {
     const u = Math.max(0, Math.min(100, util)) / 100;
-    if (u < 0.5) {
-      const k = u / 0.5;
-      return "hsl(210, " + (60 + 20 * k) + "%, " + (94 - 39 * k) + "%)";
-    }
-    const k = (u - 0.5) / 0.5;
-    return "hsl(" + (210 - 210 * k) + ", 80%, " + (55 - 5 * k) + "%)";
+    return "hsl(215, " + (55 + 25 * u) + "%, " + (95 - 67 * u) + "%)";
   }
 
   function paint(cell, util, stale) {

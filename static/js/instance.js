@@ -109,6 +109,7 @@
     const ms = (data.ts || Date.now() / 1000) * 1000;
     const cutoff = ms - LIVE_SECONDS * 1000;
     (data.gpus || []).forEach(function (gpu) {
+      if (liveMem && gpu.mem_total) liveMem.options.scales.y.max = Math.ceil(gpu.mem_total / GIB);
       const points = liveData[gpu.index] || (liveData[gpu.index] = []);
       points.push({ x: ms, util: gpu.stale ? null : gpu.util, mem: gpu.stale ? null : gpu.mem_used });
       while (points.length && points[0].x < cutoff) points.shift();
@@ -126,6 +127,10 @@
         const series = {};
         data.gpus.forEach(function (gpu) {
           series[gpu.index] = gpu.points.map(function (p) { return { x: Date.parse(p.t), util: p.util, mem: p.mem_used }; });
+          gpu.points.forEach(function (p) {
+            // The whole card's memory as the axis, so "how full" reads at a glance.
+            if (p.mem_total) historyMem.options.scales.y.max = Math.ceil(p.mem_total / GIB);
+          });
         });
         [historyUtil, historyMem].forEach(function (chart) {
           chart.options.scales.x.min = Date.parse(data.since);

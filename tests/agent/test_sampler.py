@@ -383,6 +383,9 @@ def test_telemetry_url_follows_a_redis_broker():
     assert config.live_telemetry_url == "redis://r:6379/1"
     with pytest.raises(ConfigError, match="GPURENTAL_SAMPLE_INTERVAL"):
         AgentConfig.from_env({**base, "GPURENTAL_SAMPLE_INTERVAL": "0"})
+    assert AgentConfig.from_env(base).telemetry_layer == "core"
+    with pytest.raises(ConfigError, match="CHANNEL_LAYER_BACKEND"):
+        AgentConfig.from_env({**base, "GPURENTAL_TELEMETRY_LAYER": "kafka"})
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")

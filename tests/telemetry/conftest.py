@@ -44,9 +44,12 @@ def run_instance(image, a100, node1, sent):
 @pytest.fixture
 def publisher():
     """The agent's ChannelPublisher for host node1, on the test Redis."""
+    from django.conf import settings
+
     from gpurental.agent.sampler import ChannelPublisher
 
-    pub = ChannelPublisher(os.environ["REDIS_URL"], "node1", timeout_s=2)
+    layer = settings.CHANNEL_LAYER_BACKEND  # the agent must speak the web's layer
+    pub = ChannelPublisher(os.environ["REDIS_URL"], "node1", timeout_s=2, layer=layer)
     yield pub
     pub.close()
 

@@ -28,6 +28,9 @@ def _run(user, path, *, then=None):
         communicator.scope["user"] = user
         connected, code = await communicator.connect()
         if not connected:
+            # Let the refused consumer finish inside this loop; leaving it to the loop's
+            # shutdown can hang on the channel layer's pending receive.
+            await communicator.wait(timeout=0.5)
             return False, code
         messages = [await communicator.receive_json_from(timeout=5)]
         if then is not None:
