@@ -20,8 +20,28 @@ sample-to-client latency p50/p99 (sample timestamp → frame received; one clock
 dropped messages (ticks of a watched GPU that never reached its viewer), and the
 CPU used by Daphne, Redis and this process. Loopback only; every loop is bounded.
 
-Measured on the 2-core development VM (shared with other work, so noisy):
-see bench/README.md.
+Measured on the 2-core development VM (shared with other work, so noisy), one
+Daphne process, 15 s windows, 2026-12-02:
+
+    layer   hosts  viewers (+fleet)  delivered/s  p50     p99      dropped   Daphne CPU
+    core    100    200               200          5 ms    24-98 ms  0        0.26
+    core    100    200 (+10 fleet)   1188         6 ms    97 ms     0        0.48
+    core    100    1000              1000         7 ms    102 ms    0        0.50
+    pubsub  100    1000              1000         5 ms    260 ms    0        0.42
+    core    200    1600              852          585 ms  1304 ms   47 %     0.66
+    pubsub  200    1600              1426         3 ms    333 ms    11 %     0.57
+    core    300    2400              863          399 ms  855 ms    64 %     0.57
+    core    300    200 (+50 fleet)   2204         2.2 s   2.9 s     83 %     0.55
+    pubsub  300    200 (+50 fleet)   2003         23 ms   229 ms    0 *      0.99
+
+100 hosts × 200 viewers is comfortable; one Daphne process tops out near 1000
+deliveries/s with the core layer (its per-message BZPOPMIN round trip), ~1400/s with
+the pubsub layer. Fleet viewers each take every host's message (hosts × viewers
+messages/s into Daphne): 10 fleet viewers on 100 hosts is fine, 50 on 300 is not
+(* pubsub kept instance viewers whole but fleet updates fell to 0.12 per host-second,
+12 s old: its per-channel queues are unbounded). Before settings.py raised the
+channel layer's socket timeout, ~1 viewer in 200 was closed (1011) every run by
+redis-py 8's 5 s read timeout racing channels-redis's 5 s BZPOPMIN.
 """
 
 from __future__ import annotations

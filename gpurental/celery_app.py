@@ -17,6 +17,9 @@ app.autodiscover_tasks()
 app.conf.task_routes = {
     "gpurental.fleet.*": {"queue": "control"},
     "gpurental.rentals.*": {"queue": "control"},
+    "gpurental.billing.*": {"queue": "control"},
+    "gpurental.telemetry.*": {"queue": "control"},
+    "gpurental.api.*": {"queue": "control"},
 }
 
 # Every periodic job is declared here, in one place.

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat.stopped.set()
         sampler.stopped.set()
         sampler.join(timeout=5)
-        if publisher is not None:
+        if publisher is not None and not sampler.is_alive():  # its loop belongs to that thread
             publisher.close()
         source.close()
     return 0
