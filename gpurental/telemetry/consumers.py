@@ -79,6 +79,9 @@ class InstanceConsumer(AsyncJsonWebsocketConsumer):
         self.gpu_indices: set[int] = set()
         self.group = instance_group(instance_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # Read again now that we are subscribed: an event committed between the first
+        # read and group_add would otherwise be in neither. (The page drops duplicates.)
+        snapshot = await database_sync_to_async(_snapshot)(user, instance_id) or snapshot
         await self._follow(snapshot["telemetry"])
         await self.accept()
         # The current state first, so a page never misses what happened before it subscribed.

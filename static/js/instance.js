@@ -25,7 +25,13 @@
     });
   }
 
+  const seen = new Set();
+
   function addEvent(event) {
+    // The snapshot and the live stream may both carry an event: show it once.
+    const key = [event.at, event.kind, event.step, event.kind === "transition" ? event.status : ""].join("|");
+    if (seen.has(key)) return;
+    seen.add(key);
     const li = document.createElement("li");
     li.className = event.kind;
     const time = document.createElement("time");
@@ -174,6 +180,7 @@
       if (data.type === "snapshot") {
         // Whatever happened before we subscribed: the snapshot rebuilds the timeline.
         timeline.replaceChildren();
+        seen.clear();
         if (banner) banner.hidden = true;
         (data.events || []).forEach(function (event) { addEvent(event); noticeBanner(event); });
         setStatus(data.status, data.reason);
