@@ -34,6 +34,11 @@ app.conf.beat_schedule = {
         "schedule": float(os.environ.get("RECONCILE_INTERVAL", "10")),
         "options": {"queue": "control", "expires": 30},
     },
+    "reservations-tick": {
+        "task": "gpurental.rentals.tasks.reservations_tick",
+        "schedule": 30.0,
+        "options": {"queue": "control", "expires": 25},
+    },
     # --- billing ---
     "billing-meter": {
         "task": "gpurental.billing.tasks.meter",

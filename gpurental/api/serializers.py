@@ -13,7 +13,7 @@ from rest_framework import serializers
 from gpurental.accounts.models import ApiKey
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
-from gpurental.rentals.selectors import free_gpus
+from gpurental.rentals.selectors import HELD, free_gpus
 
 MODEL_REPOS = ["huggingface"]
 
@@ -164,7 +164,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         # the same rule as rentals.selectors.instance_gpus.
         held = getattr(obj, "held_allocations", None)
         if held is None:
-            held = obj.allocations.filter(period__upper_inf=True).select_related("gpu")
+            held = obj.allocations.filter(HELD).select_related("gpu")
         return sorted(a.gpu.index for a in held)
 
     @extend_schema_field(serializers.CharField(allow_null=True))

@@ -140,7 +140,7 @@ class InstanceViewSet(
         queryset = queryset.prefetch_related(
             Prefetch(
                 "allocations",
-                queryset=Allocation.objects.filter(period__upper_inf=True).select_related("gpu"),
+                queryset=Allocation.objects.filter(rental_selectors.HELD).select_related("gpu"),
                 to_attr="held_allocations",
             )
         )

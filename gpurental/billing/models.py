@@ -178,6 +178,9 @@ class InvoiceLine(models.Model):
     instance = models.ForeignKey(
         "rentals.Instance", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    reservation = models.ForeignKey(
+        "rentals.Reservation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     rate_kind = models.CharField(max_length=16, choices=RateKind.choices)
     description = models.CharField(max_length=255)
     gpu_hours = models.DecimalField(max_digits=12, decimal_places=4)

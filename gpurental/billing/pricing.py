@@ -138,6 +138,24 @@ def total(segments: Iterable[Segment]) -> Decimal:
     return sum((s.amount for s in segments), Decimal(0))
 
 
+def reservation_refund(
+    price: Decimal,
+    *,
+    start: datetime,
+    now: datetime,
+    full_refund_before: timedelta,
+    late_percent: int,
+) -> Decimal | None:
+    """What cancelling a reservation paid ``price`` gives back at ``now``: all of it up to
+    ``full_refund_before`` ahead of ``start``, ``late_percent`` % of it later, and ``None``
+    (no cancelling) once it has started."""
+    if now >= start:
+        return None
+    if start - now >= full_refund_before:
+        return price
+    return quantize_money(price * Decimal(late_percent) / 100)
+
+
 def local_month(year: int, month: int, zone: ZoneInfo) -> tuple[datetime, datetime]:
     """[first midnight of the month, first midnight of the next) in ``zone``, as UTC."""
     following = (year + 1, 1) if month == 12 else (year, month + 1)

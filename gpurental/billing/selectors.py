@@ -32,10 +32,11 @@ def balance_of(*, user: User) -> Decimal:
 
 
 def hourly_burn_of(*, user: User) -> Decimal:
-    """What the user's active instances cost per hour at the full (peak) rate."""
-    return Instance.objects.filter(user=user, status__in=ACTIVE).aggregate(
-        rate=Sum("plan__hourly_rate")
-    )["rate"] or Decimal("0")
+    """What the user's active on-demand instances cost per hour at the full (peak) rate
+    (reserved ones were paid at booking)."""
+    return Instance.objects.filter(
+        user=user, status__in=ACTIVE, reservation__isnull=True
+    ).aggregate(rate=Sum("plan__hourly_rate"))["rate"] or Decimal("0")
 
 
 @dataclass(frozen=True)

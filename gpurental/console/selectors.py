@@ -13,8 +13,8 @@ from django.utils import timezone
 from gpurental.billing.selectors import balance_of
 from gpurental.catalog.models import Plan
 from gpurental.fleet.models import GPU, Host
-from gpurental.rentals.models import Instance, InstanceStatus
-from gpurental.rentals.selectors import HOLDING, gpus_held_by, instance_gpus, running_seconds
+from gpurental.rentals.models import Allocation, Instance, InstanceStatus
+from gpurental.rentals.selectors import HELD, HOLDING, gpus_held_by, instance_gpus, running_seconds
 from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
 
 LIVE = (
@@ -106,9 +106,9 @@ def price_table() -> dict:
 
 def fleet_context(*, now: dt.datetime) -> dict:
     held_gpu_ids = set(
-        GPU.objects.filter(
-            allocations__instance__status__in=HOLDING, allocations__period__upper_inf=True
-        ).values_list("pk", flat=True)
+        Allocation.objects.filter(HELD, instance__status__in=HOLDING).values_list(
+            "gpu_id", flat=True
+        )
     )
     hosts = Host.objects.annotate(
         gpu_total=Count("gpus", filter=Q(gpus__is_enabled=True))

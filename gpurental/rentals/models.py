@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 
@@ -139,8 +139,14 @@ class Reservation(models.Model):
         max_length=16, choices=ReservationStatus.choices, default=ReservationStatus.BOOKED
     )
     price = models.DecimalField(max_digits=12, decimal_places=2)
+    refunded = models.DecimalField(
+        max_digits=12, decimal_places=2, default=0, help_text="Paid back on cancellation"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    end_warned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the customer was told the end is near"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -152,15 +158,51 @@ class Reservation(models.Model):
                 condition=Q(price__gte=0), name="reservation_price_not_negative"
             ),
             models.CheckConstraint(
+                condition=Q(refunded__gte=0) & Q(refunded__lte=F("price")),
+                name="reservation_refund_within_price",
+            ),
+            models.CheckConstraint(
                 condition=Q(period__isempty=False)
                 & Q(period__lower_inf=False)
                 & Q(period__upper_inf=False),
                 name="reservation_period_bounded",
             ),
         ]
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["user", "status"])]
 
     def __str__(self) -> str:
-        return f"{self.gpu_count}× {self.gpu_model} {self.period.lower:%Y-%m-%d %H:%M}"
+        return f"{self.gpu_count}× {self.gpu_model.short_name} from {self.period.lower:%Y-%m-%d %H:%M} UTC"
+
+    @property
+    def start(self):
+        return self.period.lower
+
+    @property
+    def end(self):
+        return self.period.upper
+
+    @property
+    def gpu_hours(self):
+        return (self.end - self.start).total_seconds() * self.gpu_count / 3600
+
+
+class ReservationEvent(models.Model):
+    """Append-only history of a reservation: booked, active, completed, cancelled."""
+
+    reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    from_status = models.CharField(max_length=16, choices=ReservationStatus.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=ReservationStatus.choices, blank=True)
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.from_status or '∅'} → {self.to_status or self.reason}"
 
 
 class Allocation(models.Model):

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Min, Sum
+from django.db.models import Min, Q, Sum
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
 from gpurental.fleet.models import GPU, Host, HostStatus
-from gpurental.rentals.models import Allocation, Instance, InstanceStatus
+from gpurental.rentals.models import Allocation, Instance, InstanceStatus, Reservation
 from gpurental.rentals.placement import FreeGpu, HostFree
 
 # States in which an instance holds GPUs.
@@ -24,8 +25,17 @@ HOLDING = (
 )
 
 
+# The allocations through which an instance holds its GPUs: open-ended ones (on-demand,
+# until it stops) and those of its reservation (bounded, [start, end)).
+HELD = Q(period__upper_inf=True) | Q(reservation__isnull=False)
+
+
 def from_now(now: datetime) -> Range:
     return Range(now, None, "[)")
+
+
+def between(start: datetime, end: datetime) -> Range:
+    return Range(start, end, "[)")
 
 
 def schedulable_hosts(*, now: datetime):
@@ -34,10 +44,20 @@ def schedulable_hosts(*, now: datetime):
     return Host.objects.filter(status=HostStatus.ACTIVE, last_heartbeat_at__gte=fresh)
 
 
-def free_gpus(*, gpu_model: GPUModel, now: datetime, hosts=None) -> list[HostFree]:
-    """Per schedulable host, the enabled GPUs of ``gpu_model`` with nothing booked from now on."""
+def bookable_hosts():
+    """Hosts that may take a reservation: active ones (a host that is offline now may be
+    back by then; one in maintenance or draining takes nothing new)."""
+    return Host.objects.filter(status=HostStatus.ACTIVE)
+
+
+def free_gpus(
+    *, gpu_model: GPUModel, now: datetime, hosts=None, period: Range | None = None
+) -> list[HostFree]:
+    """Per host, the enabled GPUs of ``gpu_model`` with nothing booked over ``period``
+    (default: from now on, on the schedulable hosts)."""
     hosts = schedulable_hosts(now=now) if hosts is None else hosts
-    taken = Allocation.objects.filter(period__overlap=from_now(now)).values("gpu_id")
+    period = period or from_now(now)
+    taken = Allocation.objects.filter(period__overlap=period).values("gpu_id")
     gpus = (
         GPU.objects.filter(host__in=hosts, model=gpu_model, is_enabled=True)
         .exclude(pk__in=taken)
@@ -78,7 +98,7 @@ def next_release(*, gpu_model: GPUModel, now: datetime) -> datetime | None:
 
 
 def instance_gpus(instance: Instance) -> list[GPU]:
-    held = instance.allocations.filter(period__upper_inf=True).select_related("gpu")
+    held = instance.allocations.filter(HELD).select_related("gpu")
     return sorted((a.gpu for a in held), key=lambda g: g.index)
 
 
@@ -107,3 +127,50 @@ def running_seconds(*, instance: Instance, until: datetime) -> float:
     if since is not None:
         total += max(0.0, (until - since).total_seconds())
     return total
+
+
+@dataclass(frozen=True)
+class HourFree:
+    start: datetime
+    free: int  # GPUs of the model with nothing booked over the hour
+    largest_block: int  # the most of them on one host (a booking needs one host)
+
+
+def availability(*, gpu_model: GPUModel, start: datetime, hours: int) -> tuple[int, list[HourFree]]:
+    """Free GPUs of ``gpu_model`` per hour from ``start``: (GPUs in all, hours).
+
+    A GPU is free in an hour when no allocation overlaps it: on-demand instances hold
+    theirs until they stop, so they count as taken for every hour ahead.
+    """
+    end = start + timedelta(hours=hours)
+    gpus = dict(
+        GPU.objects.filter(host__in=bookable_hosts(), model=gpu_model, is_enabled=True).values_list(
+            "pk", "host_id"
+        )
+    )
+    busy = list(
+        Allocation.objects.filter(gpu_id__in=gpus, period__overlap=between(start, end)).values_list(
+            "gpu_id", "period"
+        )
+    )
+    slots = []
+    for hour in range(hours):
+        lo = start + timedelta(hours=hour)
+        hi = lo + timedelta(hours=1)
+        taken = {
+            gpu_id
+            for gpu_id, period in busy
+            if period.lower < hi and (period.upper is None or period.upper > lo)
+        }
+        per_host: dict[int, int] = defaultdict(int)
+        for gpu_id, host_id in gpus.items():
+            if gpu_id not in taken:
+                per_host[host_id] += 1
+        slots.append(HourFree(lo, sum(per_host.values()), max(per_host.values(), default=0)))
+    return len(gpus), slots
+
+
+def reservations_visible_to(*, user):
+    """Customers see their own reservations; staff see all."""
+    qs = Reservation.objects.select_related("plan", "gpu_model", "image", "user")
+    return qs if user.is_staff else qs.filter(user=user)

@@ -8,7 +8,7 @@ from gpurental.celery_app import app
 from gpurental.fleet.models import Host
 from gpurental.fleet.services import host_token_matches
 from gpurental.rentals.models import Instance
-from gpurental.rentals.services import lifecycle
+from gpurental.rentals.services import lifecycle, reservations
 from gpurental.rentals.services.reconcile import fleet_reconcile
 
 log = logging.getLogger(__name__)
@@ -54,3 +54,9 @@ def instance_report(
 @app.task(name="gpurental.rentals.tasks.reconcile", time_limit=120, soft_time_limit=100)
 def reconcile() -> None:
     fleet_reconcile()
+
+
+@app.task(name="gpurental.rentals.tasks.reservations_tick", time_limit=120, soft_time_limit=100)
+def reservations_tick() -> dict:
+    """Launch reservations at their start, warn before their end, stop them at the end."""
+    return reservations.reservations_tick()

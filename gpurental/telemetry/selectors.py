@@ -13,7 +13,7 @@ from django.db.models import Aggregate, Avg, BooleanField, Count
 from gpurental.agent.sampler import latest_key
 from gpurental.fleet.models import Host
 from gpurental.rentals.models import Allocation, Instance
-from gpurental.rentals.selectors import HOLDING, instance_gpus, running_seconds
+from gpurental.rentals.selectors import HELD, HOLDING, instance_gpus, running_seconds
 from gpurental.telemetry.models import GpuMinute
 
 log = logging.getLogger(__name__)
@@ -144,9 +144,9 @@ def latest_samples(*, hosts: list[str]) -> dict[str, dict]:
 
 def gpu_holders() -> dict[tuple[str, int], str]:
     """(host name, GPU index) → id of the instance holding it now (control plane's view)."""
-    rows = Allocation.objects.filter(
-        period__upper_inf=True, instance__status__in=HOLDING
-    ).values_list("gpu__host__name", "gpu__index", "instance_id")
+    rows = Allocation.objects.filter(HELD, instance__status__in=HOLDING).values_list(
+        "gpu__host__name", "gpu__index", "instance_id"
+    )
     return {(host, index): str(iid) for host, index, iid in rows}
 
 

@@ -12,9 +12,8 @@ from django.db.models import Count, Max
 from psycopg.types.range import Range
 
 from gpurental.fleet.models import Host
-from gpurental.rentals.events import publish_instance_event
-from gpurental.rentals.models import Allocation, Instance, InstanceEvent, InstanceStatus
-from gpurental.rentals.services.lifecycle import instance_stop
+from gpurental.rentals.models import Allocation, Instance, InstanceStatus
+from gpurental.rentals.services.lifecycle import instance_notice, instance_stop
 from gpurental.telemetry.models import GpuMinute
 from gpurental.telemetry.selectors import BoolOr
 
@@ -176,29 +175,6 @@ def idle_streak(*, instance: Instance, now: datetime, limit: int) -> int | None:
     return streak
 
 
-def _notice(instance: Instance, *, reason: str, step: str, now: datetime, **data) -> None:
-    event = InstanceEvent.objects.create(
-        instance=instance,
-        kind=InstanceEvent.Kind.NOTICE,
-        step=step,
-        reason=reason,
-        created_at=now,
-        data=data,
-    )
-    publish_instance_event(
-        instance.pk,
-        {
-            "kind": event.kind,
-            "status": instance.status,
-            "from_status": "",
-            "step": step,
-            "reason": reason,
-            "at": event.created_at.isoformat(),
-            **data,
-        },
-    )
-
-
 def warning_lead(minutes: int) -> int:
     """Minutes of notice before an idle stop: IDLE_WARNING_MINUTES, at most half the policy."""
     return min(settings.IDLE_WARNING_MINUTES, minutes // 2)
@@ -223,7 +199,7 @@ def instance_idle_check(*, instance: Instance, now: datetime) -> str:
             ).update(idle_warned_at=None)
             if cleared and warned:
                 with transaction.atomic():
-                    _notice(
+                    instance_notice(
                         instance,
                         step="idle_cleared",
                         reason="GPU activity resumed: the idle auto-stop is cancelled",
@@ -239,7 +215,7 @@ def instance_idle_check(*, instance: Instance, now: datetime) -> str:
                 pk=instance.pk, idle_warned_at=instance.idle_warned_at
             ).update(idle_warned_at=now):
                 return ""
-            _notice(
+            instance_notice(
                 instance,
                 step="idle_warning",
                 reason=(

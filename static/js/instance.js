@@ -48,7 +48,7 @@
   // The idle auto-stop notice: shown from a warning until activity resumes or the status changes.
   function noticeBanner(event) {
     if (!banner) return;
-    if (event.kind === "notice" && event.step === "idle_warning") {
+    if (event.kind === "notice" && (event.step === "idle_warning" || event.step === "reservation_ending")) {
       banner.textContent = event.reason;
       banner.hidden = false;
     } else if (event.kind === "transition" || (event.kind === "notice" && event.step === "idle_cleared")) {

@@ -28,6 +28,11 @@ from gpurental.rentals.services import lifecycle
 log = logging.getLogger(__name__)
 
 
+def _unpaid_active():
+    """Active instances that cost money as they run (a reservation's was paid ahead)."""
+    return Instance.objects.filter(status__in=ACTIVE, reservation__isnull=True)
+
+
 def users_over_limit() -> list[User]:
     """Users with active instances whose balance is below minus their credit limit."""
     balance = (
@@ -38,7 +43,7 @@ def users_over_limit() -> list[User]:
         .values("total")
     )
     return list(
-        User.objects.filter(pk__in=Instance.objects.filter(status__in=ACTIVE).values("user"))
+        User.objects.filter(pk__in=_unpaid_active().values("user"))
         .annotate(balance=Coalesce(Subquery(balance), Value(Decimal(0))))
         .filter(balance__lt=-F("credit_limit"))
     )
@@ -55,7 +60,7 @@ def limits_enforce(*, now: datetime | None = None) -> list[Instance]:
             f"credit limit is {user.credit_limit:.2f} {cur}; /workspace is kept. "
             "Add credit, then start it again."
         )
-        for instance in Instance.objects.filter(user=user, status__in=ACTIVE):
+        for instance in _unpaid_active().filter(user=user):
             try:
                 lifecycle.instance_stop(instance=instance, reason=reason, now=now)
             except RentalError:

@@ -60,6 +60,8 @@ def billing_end(instance: Instance, *, now: datetime) -> datetime | None:
 
 def instance_meter(*, instance: Instance, now: datetime) -> list[Charge]:
     """Charge ``instance`` (locked by the caller) up to ``billing_end``; returns the new charges."""
+    if instance.reservation_id is not None:
+        return []  # paid at booking (see rentals.services.reservations)
     end = billing_end(instance, now=now)
     if end is None:
         return []
@@ -67,9 +69,7 @@ def instance_meter(*, instance: Instance, now: datetime) -> list[Charge]:
     if end <= start:
         return []
     tariff = pricing.Tariff.of(instance.plan, operator_zone())
-    segments = pricing.price_interval(
-        start, end, tariff, reserved=instance.reservation_id is not None
-    )
+    segments = pricing.price_interval(start, end, tariff)
     charges = Charge.objects.bulk_create(
         Charge(
             instance_id=instance.pk,
@@ -137,7 +137,8 @@ def instance_settle(*, instance_id, now: datetime | None = None) -> int:
 
 def _due(now: datetime) -> QuerySet[Instance]:
     """Instances that may have unbilled time (a superset: ``billing_end`` decides)."""
-    return Instance.objects.filter(running_since__isnull=False).filter(
+    # A reservation's instance was paid at booking: the meter leaves it alone.
+    return Instance.objects.filter(running_since__isnull=False, reservation__isnull=True).filter(
         Q(billed_until__isnull=True)
         | Q(billed_until__lt=Coalesce("stopped_at", Value(minute_floor(now))))
     )

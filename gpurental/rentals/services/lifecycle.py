@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     S.TERMINATED: set(),
 }
 FINISHED = {S.STOPPED, S.TERMINATED, S.FAILED, S.LOST}
+STOPPABLE = (S.PENDING, S.PROVISIONING, S.RUNNING)
 
 
 # --- building blocks ----------------------------------------------------------
@@ -220,8 +221,8 @@ def instance_stop(
         instance = _lock(instance)
         if instance.status in (S.STOPPING, S.STOPPED):
             return instance
-        if instance.status not in (S.PENDING, S.PROVISIONING, S.RUNNING):
-            _refuse(instance, "stop", {S.PENDING, S.PROVISIONING, S.RUNNING})
+        if instance.status not in STOPPABLE:
+            _refuse(instance, "stop", set(STOPPABLE))
         reason = reason or (f"stopped by {actor}" if actor else "stopped")
         # Billing ends now for a run under way (also one stopped mid-restart).
         billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
@@ -241,29 +242,18 @@ def instance_start(
 ) -> Instance:
     """Start a stopped instance again, on the same host (its /workspace lives there)."""
     now = now or timezone.now()
-    prepaid.start_allowed(instance=instance, now=now)
+    if instance.reservation_id is None:
+        prepaid.start_allowed(instance=instance, now=now)
     with transaction.atomic():
         instance = _lock(instance)
         if instance.status in (S.PENDING, S.PROVISIONING, S.RUNNING):
             return instance
         if instance.status != S.STOPPED:
             _refuse(instance, "start", {S.STOPPED})
-        held = selectors.gpus_held_by(
-            user=User.objects.select_for_update().get(pk=instance.user_id)
-        )
-        if held + instance.gpu_count > instance.user.gpu_quota:
-            raise QuotaExceeded(
-                f"your quota is {instance.user.gpu_quota} GPUs at once and you hold {held}",
-                field="gpu_count",
-            )
-        proposal = gpus_allocate(
-            instance=instance,
-            gpu_model=instance.gpu_model,
-            count=instance.gpu_count,
-            now=now,
-            host=instance.host,
-        )
-        gpus = ", ".join(str(g.index) for g in proposal.gpus)
+        if instance.reservation_id is not None:
+            gpus = _reserved_gpus(instance, now)
+        else:
+            gpus = _allocate_again(instance, now)
         _move(
             instance,
             S.PENDING,
@@ -282,6 +272,39 @@ def instance_start(
         )
         hostcalls.start(instance)
     return instance
+
+
+def _reserved_gpus(instance: Instance, now: datetime) -> str:
+    """A reserved instance starts again only within its paid period, on its reserved GPUs."""
+    reservation = instance.reservation
+    if (
+        reservation.status != "active"
+        or not reservation.period.lower <= now < reservation.period.upper
+    ):
+        raise InvalidTransition(
+            f"its reservation ran {reservation.period.lower:%Y-%m-%d %H:%M}–"
+            f"{reservation.period.upper:%Y-%m-%d %H:%M} UTC and is {reservation.status}; "
+            "launch a new instance or book again",
+            field="status",
+        )
+    return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
+
+
+def _allocate_again(instance: Instance, now: datetime) -> str:
+    held = selectors.gpus_held_by(user=User.objects.select_for_update().get(pk=instance.user_id))
+    if held + instance.gpu_count > instance.user.gpu_quota:
+        raise QuotaExceeded(
+            f"your quota is {instance.user.gpu_quota} GPUs at once and you hold {held}",
+            field="gpu_count",
+        )
+    proposal = gpus_allocate(
+        instance=instance,
+        gpu_model=instance.gpu_model,
+        count=instance.gpu_count,
+        now=now,
+        host=instance.host,
+    )
+    return ", ".join(str(g.index) for g in proposal.gpus)
 
 
 def instance_restart(
@@ -331,6 +354,30 @@ def instance_terminate(
             )
             gpus_release(instance=instance, at=now)
     return instance
+
+
+def instance_notice(instance: Instance, *, reason: str, step: str, now: datetime, **data) -> None:
+    """A message for the customer in the instance's events, shown live (no state change)."""
+    event = InstanceEvent.objects.create(
+        instance=instance,
+        kind=InstanceEvent.Kind.NOTICE,
+        step=step,
+        reason=reason,
+        created_at=now,
+        data=data,
+    )
+    publish_instance_event(
+        instance.pk,
+        {
+            "kind": event.kind,
+            "status": instance.status,
+            "from_status": "",
+            "step": step,
+            "reason": reason,
+            "at": event.created_at.isoformat(),
+            **data,
+        },
+    )
 
 
 def _host_alive(instance: Instance, now: datetime) -> bool:

@@ -8,15 +8,17 @@ read again. Nothing here locks GPUs up front: the constraint is the lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import IntegrityError, OperationalError, transaction
+from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
 from gpurental.fleet.models import Host
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
-from gpurental.rentals.models import Allocation, Instance
+from gpurental.rentals.models import Allocation, Instance, Reservation
 from gpurental.rentals.placement import Proposal, propose
 
 ROUNDS = 5
@@ -44,20 +46,17 @@ def _no_capacity_message(
     return "; ".join(parts)
 
 
-def gpus_allocate(
-    *, instance: Instance, gpu_model: GPUModel, count: int, now: datetime, host: Host | None = None
-) -> Proposal:
-    """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity."""
-    hosts = [host] if host is not None else None
+def _hold(free: Callable[[], list], count: int, holder: dict, period: Range) -> Proposal | None:
+    """Insert allocations for the first proposal the database accepts; None if none does."""
     for _ in range(ROUNDS):
-        proposals = propose(selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=hosts), count)
+        proposals = propose(free(), count)
         if not proposals:
-            break
+            return None
         for proposal in proposals:
             try:
                 with transaction.atomic():  # a savepoint: a refused proposal leaves nothing behind
                     Allocation.objects.bulk_create(
-                        Allocation(gpu_id=gpu_id, instance=instance, period=selectors.from_now(now))
+                        Allocation(gpu_id=gpu_id, period=period, **holder)
                         for gpu_id in proposal.gpu_ids
                     )
                 return proposal
@@ -68,10 +67,53 @@ def gpus_allocate(
                 # other; PostgreSQL breaks the tie by failing one. For it, that GPU is taken.
                 if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
                     raise
-    raise NoCapacity(
-        _no_capacity_message(gpu_model=gpu_model, count=count, now=now, host=host),
-        field="gpu_count",
+    return None
+
+
+def gpus_allocate(
+    *, instance: Instance, gpu_model: GPUModel, count: int, now: datetime, host: Host | None = None
+) -> Proposal:
+    """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity."""
+    hosts = [host] if host is not None else None
+    proposal = _hold(
+        lambda: selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=hosts),
+        count,
+        {"instance": instance},
+        selectors.from_now(now),
     )
+    if proposal is None:
+        raise NoCapacity(
+            _no_capacity_message(gpu_model=gpu_model, count=count, now=now, host=host),
+            field="gpu_count",
+        )
+    return proposal
+
+
+def gpus_reserve(
+    *, reservation: Reservation, gpu_model: GPUModel, count: int, start: datetime, end: datetime
+) -> Proposal:
+    """Hold ``count`` GPUs on one host for ``reservation`` over [start, end). Raises NoCapacity."""
+    period = selectors.between(start, end)
+    proposal = _hold(
+        lambda: selectors.free_gpus(
+            gpu_model=gpu_model, now=start, hosts=selectors.bookable_hosts(), period=period
+        ),
+        count,
+        {"reservation": reservation},
+        period,
+    )
+    if proposal is None:
+        free = selectors.free_gpus(
+            gpu_model=gpu_model, now=start, hosts=selectors.bookable_hosts(), period=period
+        )
+        most = max((len(h.free) for h in free), default=0)
+        raise NoCapacity(
+            f"no {count}× {gpu_model.short_name} free on one host from {start:%Y-%m-%d %H:%M} "
+            f"to {end:%Y-%m-%d %H:%M} UTC; at most {most} together then. "
+            "See the availability table for free hours",
+            field="gpu_count",
+        )
+    return proposal
 
 
 def gpus_release(*, instance: Instance, at: datetime) -> int:
