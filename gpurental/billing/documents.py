@@ -22,6 +22,7 @@ CSV_HEADER = [
     "period_end",
     "description",
     "instance",
+    "reservation",
     "rate_kind",
     "gpu_hours",
     "amount",
@@ -59,6 +60,7 @@ def invoice_csv(invoice: Invoice, lines: Sequence[InvoiceLine]) -> str:
                     *head,
                     line.description,
                     line.instance_id or "",
+                    line.reservation_id or "",
                     line.rate_kind,
                     line.gpu_hours,
                     line.amount,
@@ -68,7 +70,7 @@ def invoice_csv(invoice: Invoice, lines: Sequence[InvoiceLine]) -> str:
         )
     hours = sum((line.gpu_hours for line in lines), Decimal("0"))
     writer.writerow(
-        [csv_cell(v) for v in [*head, "Total", "", "", hours, invoice.total, invoice.currency]]
+        [csv_cell(v) for v in [*head, "Total", "", "", "", hours, invoice.total, invoice.currency]]
     )
     return out.getvalue()
 

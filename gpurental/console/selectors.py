@@ -7,14 +7,25 @@ from collections import Counter, defaultdict
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 
+from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import balance_of
-from gpurental.catalog.models import Plan
+from gpurental.catalog.models import GPUModel, Plan
 from gpurental.fleet.models import GPU, Host
-from gpurental.rentals.models import Allocation, Instance, InstanceStatus
-from gpurental.rentals.selectors import HELD, HOLDING, gpus_held_by, instance_gpus, running_seconds
+from gpurental.rentals.models import Allocation, Instance, InstanceStatus, Reservation
+from gpurental.rentals.selectors import (
+    HELD,
+    HOLDING,
+    availability,
+    gpus_held_by,
+    instance_gpus,
+    reservations_visible_to,
+    running_seconds,
+)
+from gpurental.rentals.services.lifecycle import resolve_plan
+from gpurental.rentals.services.reservations import refund_for, reservation_price
 from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
 
 LIVE = (
@@ -144,4 +155,121 @@ def fleet_context(*, now: dt.datetime) -> dict:
             }
             for name, c in sorted(occupancy.items())
         ],
+    }
+
+
+# --- reservations -----------------------------------------------------------------
+
+
+def bookable_models():
+    """GPU models with at least one active plan, by name."""
+    return GPUModel.objects.filter(plans__is_active=True).distinct().order_by("name")
+
+
+def _level(free: int, total: int) -> str:
+    """A colour class for a cell: how much of the model is free that hour."""
+    if free <= 0:
+        return "none"
+    if free >= total:
+        return "all"
+    return "most" if free * 2 >= total else "few"
+
+
+def availability_grid(*, gpu_model: GPUModel, now: dt.datetime) -> dict:
+    """Free GPUs of the model per UTC hour, one row per UTC day, from today to the
+    booking horizon. Hours outside [this hour, now + horizon] are marked not bookable."""
+    horizon = settings.RESERVATION_HORIZON_DAYS
+    first = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    last_start = now + dt.timedelta(days=horizon)
+    total, hours = availability(gpu_model=gpu_model, start=first, hours=24 * (horizon + 1))
+    days = []
+    for day in range(horizon + 1):
+        cells = []
+        for slot in hours[day * 24 : (day + 1) * 24]:
+            bookable = slot.start + dt.timedelta(hours=1) > now and slot.start <= last_start
+            cells.append(
+                {
+                    "slot": slot,
+                    "level": _level(slot.free, total) if bookable else "out",
+                    "bookable": bookable,
+                }
+            )
+        days.append({"day": (first + dt.timedelta(days=day)).date(), "cells": cells})
+    return {"total": total, "days": days, "hours": range(24)}
+
+
+def _reservation_row(reservation: Reservation, now: dt.datetime) -> dict:
+    instances = list(reservation.instances.all())  # newest first (prefetched)
+    return {
+        "reservation": reservation,
+        "refund": refund_for(reservation, now=now),
+        "instance": instances[0] if instances else None,
+    }
+
+
+def _with_instances(qs):
+    return qs.prefetch_related(
+        Prefetch("instances", queryset=Instance.objects.order_by("-created_at"))
+    )
+
+
+def reservations_context(*, user, model_slug: str | None, now: dt.datetime) -> dict:
+    """The reservations page: availability of one model, its plans, the user's own bookings."""
+    models = list(bookable_models())
+    model = next((m for m in models if m.slug == model_slug), models[0] if models else None)
+    own = _with_instances(reservations_visible_to(user=user).filter(user=user)).order_by(
+        "-period__startswith", "-created_at"
+    )
+    plans = Plan.objects.filter(gpu_model=model, is_active=True).order_by("gpu_count")
+    return {
+        "models": models,
+        "model": model,
+        "grid": availability_grid(gpu_model=model, now=now) if model else None,
+        "plans": [{"plan": p, "discount_percent": p.reserved_discount * 100} for p in plans],
+        "reservations": [_reservation_row(r, now) for r in own],
+        "currency": settings.BILLING_CURRENCY,
+        "policy": {
+            "full_refund_hours": settings.RESERVATION_FULL_REFUND_HOURS,
+            "late_refund_percent": settings.RESERVATION_LATE_REFUND_PERCENT,
+            "horizon_days": settings.RESERVATION_HORIZON_DAYS,
+            "min_minutes": settings.RESERVATION_MIN_MINUTES,
+            "max_hours": settings.RESERVATION_MAX_HOURS,
+        },
+    }
+
+
+def reservation_context(*, reservation: Reservation, now: dt.datetime) -> dict:
+    reservation = _with_instances(Reservation.objects.filter(pk=reservation.pk)).get()
+    return {
+        **_reservation_row(reservation, now),
+        "instances": list(reservation.instances.all()),
+        "events": reservation.events.select_related("actor").order_by("created_at", "id"),
+        "allocations": Allocation.objects.filter(reservation=reservation)
+        .select_related("gpu__host")
+        .order_by("gpu__host__name", "gpu__index"),
+        "currency": settings.BILLING_CURRENCY,
+    }
+
+
+def reservation_quote(
+    *, gpu_model: GPUModel, gpu_count: int, start: dt.datetime, end: dt.datetime, now: dt.datetime
+) -> dict:
+    """What a booking would cost, and whether the table shows room for it (the booking
+    itself decides). Raises RentalError when no plan offers the combination."""
+    plan = resolve_plan(plan=None, gpu_model=gpu_model, gpu_count=gpu_count)
+    price = reservation_price(plan=plan, start=start, end=end)
+    seconds = (end - start) // dt.timedelta(seconds=1)
+    first = start.replace(minute=0, second=0, microsecond=0)
+    hours = -(-(end - first) // dt.timedelta(hours=1))  # the hours it touches, rounded up
+    _, slots = availability(gpu_model=gpu_model, start=first, hours=max(1, hours))
+    together = min((s.largest_block for s in slots), default=0)
+    return {
+        "plan": plan,
+        "price": price,
+        "hours": seconds / 3600,
+        "on_demand": quantize_money(plan.hourly_rate * seconds / 3600),
+        "together": together,
+        "fits": together >= plan.gpu_count,
+        "in_past": start < now,
+        "currency": settings.BILLING_CURRENCY,
     }

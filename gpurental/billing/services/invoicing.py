@@ -2,9 +2,11 @@
 
 A month is the operator's (settings.TIME_ZONE): charges never straddle a local
 midnight (pricing cuts them there), so each belongs to the month it starts in.
-An invoice has one line per instance and rate kind; each line's amount is rounded
-once, and the total is the sum of the rounded lines, so what the customer reads
-adds up. Issued invoices never change (the database refuses it, migration 0004);
+An invoice has one line per instance and rate kind, and one per reservation booked
+in the month (paid at booking: its price less what was refunded by the time the
+draft is made; a refund after the invoice is issued goes to the balance). Each
+line's amount is rounded once, and the total is the sum of the rounded lines, so
+what the customer reads adds up. Issued invoices never change (the database refuses it, migration 0004);
 a correction is a credit note, which refunds its total to the customer's balance.
 """
 
@@ -18,7 +20,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import F, QuerySet, Sum
 from django.utils import timezone
 
 from gpurental.accounts.models import User
@@ -35,7 +37,7 @@ from gpurental.billing.models import (
 )
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import charge_seconds, operator_zone
-from gpurental.rentals.models import Instance
+from gpurental.rentals.models import Instance, Reservation
 
 SERIES = {Invoice.Kind.INVOICE: "INV", Invoice.Kind.CREDIT_NOTE: "CN"}
 HOURS = Decimal("0.0001")
@@ -62,7 +64,8 @@ def invoice_generate(*, user: User, year: int, month: int, now: datetime | None 
         invoice = _invoice_for(user.pk, first, following, now)
         if invoice.status == InvoiceStatus.DRAFT:
             rows = list(_charge_groups(Charge.objects.filter(user=user), start, end))
-            _write_lines(invoice, _lines(rows, _instances(rows)))
+            booked = _reservation_lines(start, end, user_ids=[user.pk]).get(user.pk, [])
+            _write_lines(invoice, _lines(rows, _instances(rows)) + booked)
     return invoice
 
 
@@ -76,25 +79,29 @@ def invoices_generate(*, year: int, month: int, now: datetime | None = None) -> 
     rows = list(_charge_groups(Charge.objects.all(), start, end))
     instances = _instances(rows)
     by_user = {user_id: list(group) for user_id, group in itertools.groupby(rows, _user_of)}
+    booked = _reservation_lines(start, end)
+    for user_id in booked:
+        by_user.setdefault(user_id, [])
     written = 0
     user_ids = list(by_user)
     for offset in range(0, len(user_ids), USERS_PER_TRANSACTION):
         chunk = user_ids[offset : offset + USERS_PER_TRANSACTION]
         try:
             with transaction.atomic():
-                written += _generate_chunk(chunk, by_user, instances, first, following, now)
+                written += _generate_chunk(chunk, by_user, booked, instances, first, following, now)
         except IntegrityError:
             # Someone made one of these invoices meanwhile: go one user at a time.
             for user_id in chunk:
                 with transaction.atomic():
                     invoice = _invoice_for(user_id, first, following, now)
                     if invoice.status == InvoiceStatus.DRAFT:
-                        _write_lines(invoice, _lines(by_user[user_id], instances))
+                        lines = _lines(by_user[user_id], instances) + booked.get(user_id, [])
+                        _write_lines(invoice, _copies(lines))
                         written += 1
     return written
 
 
-def _generate_chunk(chunk, by_user, instances, first, following, now) -> int:
+def _generate_chunk(chunk, by_user, booked, instances, first, following, now) -> int:
     existing = {
         invoice.user_id: invoice
         for invoice in Invoice.objects.select_for_update()
@@ -108,7 +115,9 @@ def _generate_chunk(chunk, by_user, instances, first, following, now) -> int:
     )
     lines = []
     for invoice in [*drafts, *fresh]:
-        invoice_lines = _lines(by_user[invoice.user_id], instances)
+        invoice_lines = _lines(by_user[invoice.user_id], instances) + _copies(
+            booked.get(invoice.user_id, [])
+        )
         for line in invoice_lines:
             line.invoice = invoice
         invoice.total = sum((line.amount for line in invoice_lines), Decimal("0.00"))
@@ -186,6 +195,48 @@ def _lines(rows: Iterable[dict], instances: dict) -> list[InvoiceLine]:
             )
         )
     return lines
+
+
+def _reservation_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
+    """Per user, a line for each reservation booked in [start, end): its price less refunds
+    so far (a reservation refunded in full has no line)."""
+    reservations = Reservation.objects.filter(
+        created_at__gte=start, created_at__lt=end, price__gt=F("refunded")
+    ).select_related("plan", "gpu_model")
+    if user_ids is not None:
+        reservations = reservations.filter(user_id__in=user_ids)
+    zone = operator_zone()
+    lines: dict[int, list] = defaultdict(list)
+    for r in reservations.order_by("user_id", "created_at"):
+        lo, hi = r.start.astimezone(zone), r.end.astimezone(zone)
+        lines[r.user_id].append(
+            InvoiceLine(
+                reservation_id=r.pk,
+                rate_kind=pricing.RESERVED,
+                description=(
+                    f"Reservation {r.gpu_count}× {r.gpu_model.short_name} ({r.plan.name}), "
+                    f"{lo:%Y-%m-%d %H:%M}–{hi:%Y-%m-%d %H:%M} {zone.key}"
+                )[:255],
+                gpu_hours=Decimal(str(r.gpu_hours)).quantize(HOURS),
+                amount=quantize_money(r.price - r.refunded),
+            )
+        )
+    return lines
+
+
+def _copies(lines: Sequence[InvoiceLine]) -> list[InvoiceLine]:
+    """Fresh unsaved lines (a line object is saved with one invoice only)."""
+    return [
+        InvoiceLine(
+            instance_id=line.instance_id,
+            reservation_id=line.reservation_id,
+            rate_kind=line.rate_kind,
+            description=line.description,
+            gpu_hours=line.gpu_hours,
+            amount=line.amount,
+        )
+        for line in lines
+    ]
 
 
 def _write_lines(invoice: Invoice, lines: Sequence[InvoiceLine]) -> None:
