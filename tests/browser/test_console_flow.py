@@ -1,6 +1,7 @@
 """A person's first session, in a real Chromium (Debian's, launched by path) against the
 real web process, control worker, host agent and Docker Engine:
-sign up → launch → live status reaches running without a reload → Open JupyterLab
+sign up → launch → live status reaches running without a reload → live GPU charts draw
+→ Open JupyterLab
 shows JupyterLab. Screenshots of the main pages go to artifacts/screenshots/.
 """
 
@@ -108,6 +109,17 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
     assert page.is_visible("#open-jupyter")
     assert page.is_visible("button:has-text('Stop')") and not page.is_visible(
         "button:has-text('Start')"
+    )
+    # Live GPU charts: the agent's 1 Hz samples arrive on the same socket, marked simulated
+    # (the stack's agent has simulated GPUs), and the chart draws a line per GPU.
+    page.wait_for_function(
+        "document.getElementById('telemetry-live').textContent === 'live, 1 s'", timeout=30_000
+    )
+    assert page.is_visible("#telemetry-simulated")
+    page.wait_for_function(
+        "Chart.getChart('live-util').data.datasets.length >= 1"
+        " && Chart.getChart('live-util').data.datasets[0].data.length >= 2",
+        timeout=30_000,
     )
     shot(page, "04-instance-running")
 
