@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from django.db import connection
 from django.db.models import Count
 
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
@@ -84,26 +85,29 @@ def gpu_lines(*, now: float) -> list[str]:
     return lines
 
 
-def launch_durations() -> list[float]:
-    """Seconds from each pending transition to the next running one (launches and starts)."""
-    rows = (
-        InstanceEvent.objects.filter(
-            kind=InstanceEvent.Kind.TRANSITION,
-            to_status__in=[InstanceStatus.PENDING, InstanceStatus.RUNNING],
-        )
-        .order_by("instance_id", "created_at", "id")
-        .values_list("instance_id", "to_status", "created_at")
+LAUNCH_HISTOGRAM_SQL = """
+    WITH steps AS (
+        SELECT to_status, created_at,
+               LAG(to_status) OVER w AS before, LAG(created_at) OVER w AS before_at
+        FROM rentals_instanceevent
+        WHERE kind = 'transition' AND to_status IN ('pending', 'running')
+        WINDOW w AS (PARTITION BY instance_id ORDER BY created_at, id)
+    ), launches AS (
+        SELECT EXTRACT(EPOCH FROM created_at - before_at) AS seconds
+        FROM steps WHERE to_status = 'running' AND before = 'pending'
     )
-    durations, current, pending_at = [], None, None
-    for instance_id, status, at in rows.iterator():
-        if instance_id != current:
-            current, pending_at = instance_id, None
-        if status == InstanceStatus.PENDING:
-            pending_at = at
-        elif pending_at is not None:
-            durations.append((at - pending_at).total_seconds())
-            pending_at = None
-    return durations
+    SELECT {buckets}, COUNT(*), COALESCE(SUM(seconds), 0) FROM launches
+"""
+
+
+def launch_histogram() -> tuple[list[int], int, float]:
+    """Launch durations (a pending transition to the running one after it: launches and
+    starts), counted in the database: (cumulative count per bucket, count, sum of seconds)."""
+    buckets = ", ".join("COUNT(*) FILTER (WHERE seconds <= %s)" for _ in LAUNCH_BUCKETS)
+    with connection.cursor() as cursor:
+        cursor.execute(LAUNCH_HISTOGRAM_SQL.format(buckets=buckets), LAUNCH_BUCKETS)
+        *counts, total, seconds = cursor.fetchone()
+    return counts, total, float(seconds)
 
 
 def fleet_lines() -> list[str]:
@@ -129,16 +133,16 @@ def fleet_lines() -> list[str]:
         "Instances that failed to start (transitions to failed).",
         [("", transitions.filter(to_status=InstanceStatus.FAILED).count())],
     )
-    durations = launch_durations()
-    buckets = [(labels(le=str(b)), sum(1 for d in durations if d <= b)) for b in LAUNCH_BUCKETS]
-    buckets.append((labels(le="+Inf"), len(durations)))
+    counts, total, seconds = launch_histogram()
+    buckets = [(labels(le=str(b)), n) for b, n in zip(LAUNCH_BUCKETS, counts, strict=True)]
+    buckets.append((labels(le="+Inf"), total))
     name = "gpurental_instance_launch_duration_seconds"
     lines += [
         f"# HELP {name} Seconds from pending to running.",
         f"# TYPE {name} histogram",
     ]
     lines += [f"{name}_bucket{label} {n}" for label, n in buckets]
-    lines += [f"{name}_sum {number(round(sum(durations), 3))}", f"{name}_count {len(durations)}"]
+    lines += [f"{name}_sum {number(round(seconds, 3))}", f"{name}_count {total}"]
     return lines
 
 
