@@ -13,6 +13,7 @@ from django.db import transaction
 
 from gpurental.accounts.models import AuditEvent, User
 from gpurental.accounts.services import audit_record
+from gpurental.agent.sampler import telemetry_url_from_broker
 from gpurental.catalog.models import GPUModel
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
 
@@ -30,8 +31,13 @@ def host_token_matches(*, host: Host, token: str) -> bool:
 def host_join_command(*, host: Host, token: str) -> str:
     """The command an operator runs on the GPU server to start its agent."""
     broker = settings.CELERY_BROKER_URL
+    # The agent derives the channel layer (live telemetry) from a Redis broker; when that
+    # is not the web's channel layer (a RabbitMQ broker, another Redis), it is told.
+    layer = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
+    derived = telemetry_url_from_broker(broker)
+    telemetry = "" if derived == layer else f"GPURENTAL_TELEMETRY_URL='{layer}' "
     return (
-        f"GPURENTAL_BROKER_URL='{broker}' GPURENTAL_HOST_NAME='{host.name}' "
+        f"GPURENTAL_BROKER_URL='{broker}' {telemetry}GPURENTAL_HOST_NAME='{host.name}' "
         f"GPURENTAL_HOST_TOKEN='{token}' python -m gpurental.agent"
     )
 
