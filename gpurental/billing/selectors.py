@@ -14,6 +14,7 @@ from django.db.models.functions import TruncDate
 
 from gpurental.accounts.models import User
 from gpurental.billing.models import Charge, Invoice, InvoiceStatus, LedgerEntry
+from gpurental.billing.pricing import Tariff, local_month, price_interval, quantize_money, total
 from gpurental.rentals.models import Instance, InstanceStatus
 
 # Instances that cost money now or are about to: the balance must carry them.
@@ -109,3 +110,49 @@ def usage_by_day(*, user: User, start: datetime, end: datetime) -> Iterator[Usag
 def invoices_visible_to(*, user: User):
     """A customer's invoices and credit notes; drafts are the operator's business."""
     return Invoice.objects.filter(user=user).exclude(status=InvoiceStatus.DRAFT)
+
+
+@dataclass(frozen=True)
+class MonthSpend:
+    charged: Decimal  # metered charges in the month so far
+    reserved: Decimal  # reservations booked in the month, less their refunds
+    unbilled: Decimal  # running time the meter has not charged yet (priced the same way)
+    total: Decimal
+    forecast: Decimal  # the total if what runs now keeps running to the end of the month
+    month_end: datetime
+
+
+def month_spend(*, user: User, now: datetime) -> MonthSpend:
+    """This month's spend, live: the charges, the reservations, and what runs now priced to
+    this second by the same rules as the meter; the forecast prices it on to the month's end."""
+    zone = operator_zone()
+    local = now.astimezone(zone)
+    start, end = local_month(local.year, local.month, zone)
+    charged = Charge.objects.filter(
+        user=user, period_start__gte=start, period_start__lt=end
+    ).aggregate(total=Sum("amount"))["total"] or Decimal(0)
+    booked = LedgerEntry.objects.filter(
+        user=user,
+        kind__in=(LedgerEntry.Kind.RESERVATION, LedgerEntry.Kind.REFUND),
+        reservation__isnull=False,
+        created_at__gte=start,
+        created_at__lt=end,
+    ).aggregate(total=Sum("amount"))["total"] or Decimal(0)
+    unbilled = ahead = Decimal(0)
+    running = Instance.objects.filter(
+        user=user, status__in=ACTIVE, reservation__isnull=True, running_since__isnull=False
+    ).select_related("plan")
+    for instance in running:
+        tariff = Tariff.of(instance.plan, zone)
+        since = max(instance.running_since, instance.billed_until or instance.running_since, start)
+        unbilled += total(price_interval(since, now, tariff))
+        ahead += total(price_interval(now, end, tariff))
+    spent = charged - booked + unbilled
+    return MonthSpend(
+        charged=quantize_money(charged),
+        reserved=quantize_money(-booked),
+        unbilled=quantize_money(unbilled),
+        total=quantize_money(spent),
+        forecast=quantize_money(spent + ahead),
+        month_end=end,
+    )
