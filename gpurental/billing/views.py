@@ -19,6 +19,7 @@ from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import (
     balance_status,
     invoices_visible_to,
+    month_spend,
     operator_zone,
     usage_by_day,
 )
@@ -43,12 +44,27 @@ def invoice_document_response(invoice: Invoice, fmt: str) -> HttpResponse:
 
 @login_required
 def invoice_list(request):
+    """Balance, this month's spend and forecast, the usage report (?month=YYYY-MM), invoices."""
+    try:
+        year, month = _month(request.GET.get("month"))
+    except ValueError:
+        year, month = _month(None)
+    start, end = pricing.local_month(year, month, operator_zone())
+    usage = [
+        {**row.__dict__, "cost": quantize_money(row.cost)}
+        for row in usage_by_day(user=request.user, start=start, end=end)
+    ]
     return render(
         request,
         "billing/invoices.html",
         {
             "invoices": invoices_visible_to(user=request.user).order_by("-period_start", "-id"),
             "status": balance_status(user=request.user),
+            "spend": month_spend(user=request.user, now=timezone.now()),
+            "usage": usage,
+            "usage_month": f"{year}-{month:02d}",
+            "usage_hours": sum((row["gpu_hours"] for row in usage), 0),
+            "usage_cost": sum((row["cost"] for row in usage), 0),
             "currency": settings.BILLING_CURRENCY,
         },
     )

@@ -1,5 +1,10 @@
+import datetime as dt
+
 from django import forms
+from django.conf import settings
 from django.contrib.auth.forms import BaseUserCreationForm
+from django.core.validators import MaxValueValidator
+from django.utils import timezone
 
 from gpurental.accounts.models import User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
@@ -58,3 +63,78 @@ class LaunchForm(forms.Form):
 
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="e.g. laptop, CI, notebook")
+
+
+class UTCDateTimeField(forms.DateTimeField):
+    """A date and time read and shown in UTC, whatever the operator's zone: the
+    reservation pages work in UTC and say so."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+    def to_python(self, value):
+        with timezone.override(dt.UTC):
+            return super().to_python(value)
+
+    def prepare_value(self, value):
+        with timezone.override(dt.UTC):
+            return super().prepare_value(value)
+
+
+class ReservationForm(forms.Form):
+    """Book GPUs ahead. The rules (horizon, length, capacity, balance) are the service's:
+    its errors come back onto the field they name."""
+
+    # The service's field names → this form's.
+    SERVICE_FIELDS = {"plan": "gpu_count", "end": "hours"}
+
+    gpu_model = forms.ModelChoiceField(
+        queryset=GPUModel.objects.filter(plans__is_active=True).distinct(),
+        to_field_name="slug",
+        empty_label=None,
+        label="GPU",
+    )
+    gpu_count = forms.TypedChoiceField(
+        coerce=int, choices=[(n, n) for n in (1, 2, 4, 8)], initial=1, label="GPUs"
+    )
+    image = forms.ModelChoiceField(
+        queryset=ImageTemplate.objects.filter(is_active=True),
+        to_field_name="slug",
+        empty_label=None,
+    )
+    start = UTCDateTimeField(label="Start (UTC)", help_text="Whole minutes, in UTC")
+    hours = forms.IntegerField(
+        min_value=1, initial=4, label="Hours", help_text="How long the GPUs are yours"
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        most = settings.RESERVATION_MAX_HOURS
+        self.fields["hours"].widget.attrs["max"] = most
+        self.fields["hours"].validators.append(
+            MaxValueValidator(most, f"A reservation lasts at most {most} hours.")
+        )
+
+    def add_service_error(self, field: str | None, message: str) -> None:
+        field = self.SERVICE_FIELDS.get(field, field)
+        self.add_error(field if field in self.fields else None, message)
+
+    @property
+    def period(self) -> tuple[dt.datetime, dt.datetime]:
+        data = self.cleaned_data
+        return data["start"], data["start"] + dt.timedelta(hours=data["hours"])
+
+
+class MonthForm(forms.Form):
+    month = forms.RegexField(
+        regex=r"^\d{4}-(0[1-9]|1[0-2])$",
+        required=False,
+        error_messages={"invalid": "Use YYYY-MM, e.g. 2026-10."},
+    )
+
+    def year_month(self, *, today: dt.date) -> tuple[int, int]:
+        """The chosen month (valid form), or the one ``today`` is in."""
+        text = self.cleaned_data.get("month") if self.is_valid() else None
+        if not text:
+            return today.year, today.month
+        year, month = text.split("-")
+        return int(year), int(month)

@@ -40,8 +40,18 @@ urlpatterns = [
     ),
     path("keys/", views.api_keys, name="api_keys"),
     path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
+    path("reservations/", views.reservation_list, name="reservations"),
+    path("reservations/quote/", views.reservation_quote, name="reservation_quote"),
+    path("reservations/<uuid:reservation_id>/", views.reservation_detail, name="reservation"),
+    path(
+        "reservations/<uuid:reservation_id>/cancel/",
+        views.reservation_cancel_view,
+        name="reservation_cancel",
+    ),
     path("staff/fleet/", views.fleet, name="fleet"),
     path("staff/fleet/tables/", views.fleet_hosts, name="fleet_tables"),
+    path("staff/revenue/", views.revenue, name="revenue"),
+    path("staff/revenue.csv", views.revenue_csv, name="revenue_csv"),
     path(
         "staff/hosts/<int:host_id>/<str:action>/", views.fleet_host_action, name="fleet_host_action"
     ),

@@ -3,11 +3,16 @@ in, one service or selector call, a template out."""
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+import io
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -15,15 +20,17 @@ from django.views.decorators.http import require_POST
 
 from gpurental.accounts.models import ApiKey
 from gpurental.accounts.services import api_key_create, api_key_revoke, audit_record
+from gpurental.billing import pricing, reports
+from gpurental.billing.selectors import operator_zone
 from gpurental.catalog.selectors import catalog_rows
 from gpurental.console import selectors
-from gpurental.console.forms import ApiKeyForm, LaunchForm, SignupForm
+from gpurental.console.forms import ApiKeyForm, LaunchForm, MonthForm, ReservationForm, SignupForm
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.fleet.services import host_set_status
 from gpurental.rentals.exceptions import RentalError
 from gpurental.rentals.models import InstanceStatus
-from gpurental.rentals.selectors import instance_visible_to
-from gpurental.rentals.services import lifecycle
+from gpurental.rentals.selectors import instance_visible_to, reservations_visible_to
+from gpurental.rentals.services import lifecycle, reservations
 
 ACTIONS = {
     "stop": lifecycle.instance_stop,
@@ -158,6 +165,113 @@ def api_key_revoke_view(request, key_id):
     return redirect("api_keys")
 
 
+# --- reservations ---------------------------------------------------------------
+
+
+def _reservation_form(request, now) -> ReservationForm:
+    model = request.GET.get("model")
+    start = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=2)
+    initial = {"start": start, **({"gpu_model": model} if model else {})}
+    return ReservationForm(request.POST or None, initial=initial)
+
+
+def _quote(form: ReservationForm, now) -> dict | None:
+    """The price preview of a valid form, or None with the reason on the form."""
+    if not form.is_valid():
+        return None
+    start, end = form.period
+    data = form.cleaned_data
+    try:
+        return selectors.reservation_quote(
+            gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], start=start, end=end, now=now
+        )
+    except RentalError as exc:
+        form.add_service_error(exc.field, exc.message)
+        return None
+
+
+@login_required
+def reservation_list(request):
+    """Availability, the booking form (Quote or Book) and the user's own reservations."""
+    now = timezone.now()
+    form = _reservation_form(request, now)
+    quote = None
+    if request.method == "POST" and "quote" in request.POST:
+        quote = _quote(form, now)
+    elif request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        start, end = form.period
+        try:
+            reservation = reservations.reservation_book(
+                user=request.user,
+                image=data["image"],
+                start=start,
+                end=end,
+                gpu_model=data["gpu_model"],
+                gpu_count=data["gpu_count"],
+            )
+        except RentalError as exc:
+            form.add_service_error(exc.field, exc.message)
+        else:
+            messages.success(
+                request,
+                f"Booked {reservation}; paid {reservation.price} {settings.BILLING_CURRENCY}.",
+            )
+            return redirect("reservations")
+    context = selectors.reservations_context(
+        user=request.user, model_slug=request.GET.get("model"), now=now
+    )
+    return render(request, "console/reservations.html", {**context, "form": form, "quote": quote})
+
+
+@login_required
+@require_POST
+def reservation_quote(request):
+    """The price preview alone (htmx, as the form changes)."""
+    now = timezone.now()
+    form = _reservation_form(request, now)
+    quote = _quote(form, now)
+    return render(
+        request, "console/_reservation_quote.html", {"form": form, "quote": quote, "partial": True}
+    )
+
+
+def _reservation_or_404(request, reservation_id):
+    reservation = reservations_visible_to(user=request.user).filter(pk=reservation_id).first()
+    if reservation is None:
+        raise Http404("No such reservation.")
+    return reservation
+
+
+@login_required
+def reservation_detail(request, reservation_id):
+    reservation = _reservation_or_404(request, reservation_id)
+    return render(
+        request,
+        "console/reservation.html",
+        selectors.reservation_context(reservation=reservation, now=timezone.now()),
+    )
+
+
+@login_required
+@require_POST
+def reservation_cancel_view(request, reservation_id):
+    reservation = _reservation_or_404(request, reservation_id)
+    try:
+        reservation = reservations.reservation_cancel(reservation=reservation, actor=request.user)
+    except RentalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"Cancelled {reservation}; refunded {reservation.refunded} "
+            f"{settings.BILLING_CURRENCY}.",
+        )
+    if request.POST.get("next") == "detail":
+        return redirect("reservation", reservation_id=reservation.pk)
+    return redirect("reservations")
+
+
 # --- staff ----------------------------------------------------------------------
 
 
@@ -211,3 +325,51 @@ def fleet_instance_stop(request, instance_id):
         )
         messages.success(request, f"Stopping {instance}.")
     return redirect(reverse("fleet"))
+
+
+def _revenue(request):
+    form = MonthForm(request.GET)
+    zone = operator_zone()
+    year, month = form.year_month(today=timezone.now().astimezone(zone).date())
+    start, end = pricing.local_month(year, month, zone)
+    return form, year, month, reports.revenue_report(start=start, end=end, zone=zone)
+
+
+@staff_member_required
+def revenue(request):
+    form, year, month, report = _revenue(request)
+    previous = (year - 1, 12) if month == 1 else (year, month - 1)
+    following = (year + 1, 1) if month == 12 else (year, month + 1)
+    return render(
+        request,
+        "console/revenue.html",
+        {
+            "form": form,
+            "report": report,
+            "month": f"{year}-{month:02d}",
+            "previous": "{}-{:02d}".format(*previous),
+            "next": "{}-{:02d}".format(*following),
+            "zone": operator_zone().key,
+            "currency": settings.BILLING_CURRENCY,
+        },
+    )
+
+
+@staff_member_required
+def revenue_csv(request):
+    """The per-day table of the revenue page, for ?month=YYYY-MM."""
+    form, year, month, report = _revenue(request)
+    if not form.is_valid():
+        return HttpResponseBadRequest(
+            "month: use YYYY-MM, e.g. 2026-10", content_type="text/plain; charset=utf-8"
+        )
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    columns = ["on_demand", "reserved", "refunds", "net", "gpu_hours"]
+    writer.writerow(["day", *columns, "currency"])
+    for row in [*report.days, report.total]:
+        figures = row.rounded()
+        writer.writerow([row.key, *(figures[c] for c in columns), settings.BILLING_CURRENCY])
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="revenue-{year}-{month:02d}.csv"'
+    return response

@@ -415,3 +415,19 @@ def test_the_invoices_page_warns_of_a_low_balance(client, alice):
     LedgerEntry.objects.create(user=alice, kind="adjustment", amount=Decimal("-2.00"))
     client.force_login(alice)
     assert 'id="low-balance"' in client.get(reverse("billing_invoices")).text
+
+
+def test_the_billing_page_shows_the_usage_report_per_instance_per_day(client, october, funded):
+    client.force_login(funded)
+    page = client.get(reverse("billing_invoices") + "?month=2026-10")
+    assert page.status_code == 200
+    report = page.text[page.text.index('id="usage"') :]
+    for text in ("2026-10-05", "train", "8.00", "16.00", "2026-10-06", "night", "10.00"):
+        assert text in report
+    assert 'id="forecast"' in page.text
+    client.force_login(UserFactory())
+    assert (
+        "No metered use in 2026-10"
+        in client.get(reverse("billing_invoices") + "?month=2026-10").text
+    )
+    assert client.get(reverse("billing_invoices") + "?month=nonsense").status_code == 200

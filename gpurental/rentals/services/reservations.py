@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 
 from django.conf import settings
@@ -150,7 +150,9 @@ def reservation_book(
     if not image.is_active:
         raise RentalError(f"image {image.slug} is no longer offered", field="image")
     _check_period(start, end, now)
-    start = max(start, now.replace(second=0, microsecond=0))
+    # In UTC from here on: what the messages and the ledger say is labelled UTC.
+    start = max(start.astimezone(UTC), now.astimezone(UTC).replace(second=0, microsecond=0))
+    end = end.astimezone(UTC)
     price = reservation_price(plan=plan, start=start, end=end)
     with transaction.atomic():
         # One booking or launch at a time per user: the balance is checked and spent once.
