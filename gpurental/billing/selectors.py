@@ -143,10 +143,8 @@ def month_spend(*, user: User, now: datetime) -> MonthSpend:
         user=user, status__in=ACTIVE, reservation__isnull=True, running_since__isnull=False
     ).select_related("plan")
     for instance in running:
-        tariff = Tariff.of(instance.plan, zone)
-        since = max(instance.running_since, instance.billed_until or instance.running_since, start)
-        unbilled += total(price_interval(since, now, tariff))
-        ahead += total(price_interval(now, end, tariff))
+        unbilled += unbilled_cost(instance, now=now, since=start)
+        ahead += total(price_interval(now, end, Tariff.of(instance.plan, zone)))
     spent = charged - booked + unbilled
     return MonthSpend(
         charged=quantize_money(charged),
@@ -156,3 +154,23 @@ def month_spend(*, user: User, now: datetime) -> MonthSpend:
         forecast=quantize_money(spent + ahead),
         month_end=end,
     )
+
+
+def unbilled_cost(instance: Instance, *, now: datetime, since: datetime | None = None) -> Decimal:
+    """What the meter will charge for the instance's run up to ``now`` (same prices, exact)."""
+    if instance.reservation_id is not None or instance.running_since is None:
+        return Decimal(0)
+    if instance.status not in ACTIVE or instance.stopped_at is not None:
+        end = instance.stopped_at or instance.status_changed_at
+    else:
+        end = now
+    start = max(instance.running_since, instance.billed_until or instance.running_since)
+    if since is not None:
+        start = max(start, since)
+    return total(price_interval(start, end, Tariff.of(instance.plan, operator_zone())))
+
+
+def instance_cost(*, instance: Instance, now: datetime) -> Decimal:
+    """Charged so far plus what runs and is not charged yet, to the cent."""
+    charged = Charge.objects.filter(instance=instance).aggregate(total=Sum("amount"))["total"]
+    return quantize_money((charged or Decimal(0)) + unbilled_cost(instance, now=now))

@@ -11,7 +11,7 @@ from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 
 from gpurental.billing.pricing import quantize_money
-from gpurental.billing.selectors import balance_of
+from gpurental.billing.selectors import balance_of, instance_cost, month_spend
 from gpurental.catalog.models import GPUModel, Plan
 from gpurental.fleet.models import GPU, Host
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus, Reservation
@@ -22,7 +22,6 @@ from gpurental.rentals.selectors import (
     gpus_held_by,
     instance_gpus,
     reservations_visible_to,
-    running_seconds,
 )
 from gpurental.rentals.services.lifecycle import resolve_plan
 from gpurental.rentals.services.reservations import refund_for, reservation_price
@@ -43,34 +42,18 @@ def jupyter_url(instance: Instance) -> str:
     )
 
 
-def estimated_cost(
-    instance: Instance, *, until: dt.datetime, since: dt.datetime | None = None
-) -> Decimal:
-    """Running time × the plan's rate. An estimate: the meter (billing) has the exact figures."""
-    seconds = running_seconds(instance=instance, until=until)
-    if since is not None:
-        seconds -= running_seconds(instance=instance, until=since)
-    return (Decimal(str(seconds)) / 3600 * instance.plan.hourly_rate).quantize(Decimal("0.01"))
-
-
 def dashboard_context(*, user) -> dict:
     now = timezone.now()
-    month_start = now.astimezone(timezone.get_current_timezone()).replace(
-        day=1, hour=0, minute=0, second=0, microsecond=0
-    )
     instances = list(
         Instance.objects.filter(user=user)
         .exclude(status=InstanceStatus.TERMINATED, terminated_at__lt=now - dt.timedelta(days=7))
         .select_related("host", "plan", "gpu_model", "image")
     )
-    spend = sum(
-        (estimated_cost(i, until=now, since=month_start) for i in instances), Decimal("0.00")
-    )
     return {
         "instances": instances,
         "balance": balance_of(user=user),
         "currency": settings.BILLING_CURRENCY,
-        "spend_this_month": spend,
+        "spend": month_spend(user=user, now=now),
         "gpus_in_use": gpus_held_by(user=user),
         "quota": user.gpu_quota,
         "live": any(i.status in LIVE for i in instances),
@@ -85,7 +68,7 @@ def instance_context(*, instance: Instance, viewer) -> dict:
         "is_owner": is_owner,
         "gpus": instance_gpus(instance),
         "events": instance.events.select_related("actor").order_by("created_at", "id"),
-        "cost": estimated_cost(instance, until=now),
+        "cost": instance_cost(instance=instance, now=now),
         "currency": settings.BILLING_CURRENCY,
         "usage": instance_usage(instance=instance, now=now),
         "idle_threshold": settings.IDLE_UTILIZATION_PERCENT,
