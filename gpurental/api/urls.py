@@ -2,7 +2,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from gpurental.api import views
+from gpurental.api import views, views_billing, views_reservations
 from gpurental.api.errors import not_found
 
 router = DefaultRouter()
@@ -12,9 +12,14 @@ router.register("plans", views.PlanViewSet, basename="plan")
 router.register("images", views.ImageViewSet, basename="image")
 router.register("instances", views.InstanceViewSet, basename="instance")
 router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
+router.register("reservations", views_reservations.ReservationViewSet, basename="reservation")
+router.register("invoices", views_billing.InvoiceViewSet, basename="invoice")
 
 v1 = [
     path("me/", views.MeView.as_view(), name="me"),
+    path("availability/", views_reservations.AvailabilityView.as_view(), name="availability"),
+    path("usage/", views_billing.UsageView.as_view(), name="usage"),
+    path("usage/csv/", views_billing.UsageCsvView.as_view(), name="usage-csv"),
     *router.urls,
 ]
 

@@ -27,7 +27,7 @@ from gpurental.accounts.services import api_key_create, api_key_revoke
 from gpurental.api import serializers as s
 from gpurental.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpurental.api.idempotency import KEY_PATTERN, idempotent
-from gpurental.billing.selectors import balance_of
+from gpurental.billing.selectors import balance_status
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.models import Allocation, Instance
@@ -282,20 +282,24 @@ class ApiKeyViewSet(
 
 @extend_schema(tags=["account"])
 class MeView(GenericAPIView):
-    """Who you are: balance, quota and GPUs in use."""
+    """Who you are: balance (and whether it runs low), quota and GPUs in use."""
 
     serializer_class = s.MeSerializer
     pagination_class = None
 
     def get(self, request, *args, **kwargs):
         user = request.user
+        money = balance_status(user=user)
         data = {
             "email": user.email,
             "full_name": user.full_name,
-            "balance": balance_of(user=user),
+            "balance": money.balance,
             "gpu_quota": user.gpu_quota,
             "gpus_in_use": rental_selectors.gpus_held_by(user=user),
-            "credit_limit": user.credit_limit,
+            "credit_limit": money.credit_limit,
+            "hourly_burn": money.hourly_burn,
+            "hours_left": money.hours_left,
+            "low_balance": money.low,
             "is_staff": user.is_staff,
         }
         return Response(s.MeSerializer(data).data)

@@ -1,4 +1,4 @@
-"""Python SDK and CLI for gpurental. Imports nothing from Django (filled by the console/API issue).
+"""Python SDK and CLI for gpurental. Imports nothing from Django.
 
     from gpurental.client import Client
     client = Client(api_key="gpr_...", base_url="http://127.0.0.1:8000")
@@ -26,7 +26,7 @@ from gpurental.client.errors import (
     Timeout,
     ValidationError,
 )
-from gpurental.client.models import STATUSES, Instance, InstanceEvent
+from gpurental.client.models import STATUSES, Instance, InstanceEvent, Reservation
 
 __all__ = [
     "STATUSES",
@@ -37,6 +37,7 @@ __all__ = [
     "GpuRentalError",
     "Instance",
     "InstanceEvent",
+    "Reservation",
     "InvalidState",
     "LaunchFailed",
     "NoCapacity",

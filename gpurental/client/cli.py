@@ -8,7 +8,15 @@
     gpurental open ID [--print]
     gpurental stop ID | start ID | restart ID
     gpurental terminate ID [--yes]
+    gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]
+    gpurental reservations
+    gpurental cancel-reservation ID [--yes]
+    gpurental availability [MODEL] [--hours N] [--hourly]
+    gpurental usage [--month YYYY-MM] [--csv]
+    gpurental invoices
+    gpurental invoice ID [--pdf FILE | --csv FILE]
 
+Times are ISO 8601 (2026-12-03T10:00Z); without an offset, they are your local time.
 Every command takes --json: machine-readable JSON on stdout and nothing else there.
 Errors go to stderr as "gpurental: <message>". GPURENTAL_API_KEY and GPURENTAL_URL
 override what `gpurental login` saved (GPURENTAL_CONFIG names the file).
@@ -20,7 +28,7 @@ Exit codes (scripts can rely on them):
   3  authentication failed, permission denied, or no API key configured
   4  not found
   5  no capacity or quota exceeded
-  6  invalid state (the instance's status does not allow it)
+  6  invalid state (the instance's or reservation's status does not allow it)
   7  launch failed (the instance ended failed or lost)
   8  timeout
   9  server unreachable
@@ -33,13 +41,16 @@ import getpass
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import time
 import traceback
 import webbrowser
 from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any, NoReturn
 
 from gpurental import __version__
@@ -58,7 +69,7 @@ from gpurental.client.errors import (
     Timeout,
     ValidationError,
 )
-from gpurental.client.models import STATUSES, Instance
+from gpurental.client.models import STATUSES, Instance, Reservation
 
 OK = 0
 UNEXPECTED = 1
@@ -416,6 +427,301 @@ def cmd_terminate(args: argparse.Namespace) -> int:
     return OK
 
 
+def _when(value: Any) -> str | None:
+    """An API time, shown in the local time zone."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if not isinstance(value, datetime):
+        return None
+    return value.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def _time_arg(value: str) -> datetime:
+    """An ISO 8601 time from the command line; without an offset, the local time zone."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an ISO 8601 time, e.g. 2026-12-03T10:00Z or 2026-12-03T10:00"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.astimezone()
+
+
+def _hours_arg(value: str) -> Decimal:
+    try:
+        hours = Decimal(value)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of hours") from None
+    if not hours.is_finite() or hours <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return hours
+
+
+def _month_arg(value: str) -> str:
+    if not re.fullmatch(r"[0-9]{4}-(0[1-9]|1[0-2])", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a month: use YYYY-MM, e.g. 2026-10")
+    return value
+
+
+def _money(amount: Any, currency: str = "") -> str:
+    return f"{amount} {currency}".strip() if amount is not None else "-"
+
+
+def _percent(fraction: Any) -> str:
+    try:
+        return f"{(Decimal(str(fraction)) * 100).normalize():f} %"
+    except InvalidOperation:
+        return str(fraction)
+
+
+def _reservation_line(r: Reservation) -> str:
+    line = (
+        f"reservation {r.id}: {r.status}, {r.gpu_count}x {r.gpu_model} "
+        f"from {_when(r.start)} to {_when(r.end)}"
+    )
+    if r.host:
+        line += f" on {r.host} (GPUs {', '.join(map(str, r.gpu_indices))})"
+    line += f"; paid {_money(r.price, r.currency)}"
+    if r.refunded:
+        line += f", refunded {_money(r.refunded, r.currency)}"
+    if r.instance_id:
+        line += f"; instance {r.instance_id}"
+    return line
+
+
+def _quote_text(quote: dict[str, Any]) -> str:
+    cur = quote.get("currency") or ""
+    return (
+        f"{quote.get('gpu_count')}x {quote.get('gpu_model')} ({quote.get('plan')}) "
+        f"from {_when(quote.get('start'))} to {_when(quote.get('end'))}: "
+        f"{quote.get('hours')} h, {quote.get('gpu_hours')} GPU-hours at the reserved rate "
+        f"{quote.get('hourly_rate')} {cur}/h ({_percent(quote.get('discount'))} off).\n"
+        f"Price: {_money(quote.get('price'), cur)}, paid now. Cancel before "
+        f"{_when(quote.get('full_refund_until'))} for a full refund; later, before the "
+        f"start, {quote.get('late_refund_percent')} % is refunded."
+    )
+
+
+def _confirm(question: str, refusal: str) -> bool:
+    """Ask on a terminal; without one, refuse with ``refusal`` (a usage error)."""
+    if not sys.stdin.isatty():
+        raise _UsageError(refusal)
+    return _ask(f"{question} [y/N] ").lower() in ("y", "yes")
+
+
+def cmd_reserve(args: argparse.Namespace) -> int:
+    if args.end is not None and args.end <= args.start:
+        raise _UsageError("--end must be after --start")
+    end = args.end or args.start + timedelta(hours=float(args.hours))
+    choice = {"gpu_model": args.model, "gpu_count": args.count}
+    with _client() as client:
+        quote = client.quote(start=args.start, end=end, **choice)
+        if not args.json:
+            _say(_quote_text(quote))
+        if not args.yes:
+            price = _money(quote.get("price"), quote.get("currency") or "")
+            if not _confirm(f"Book and pay {price}?", f"booking charges {price} now; pass --yes"):
+                _warn("not booked")
+                return UNEXPECTED
+        reservation = client.book(image=args.image, start=args.start, end=end, **choice)
+    if args.json:
+        _json(reservation.raw)
+    else:
+        _say(_reservation_line(reservation))
+    return OK
+
+
+def cmd_reservations(args: argparse.Namespace) -> int:
+    with _client() as client:
+        reservations = client.reservations()
+    if args.json:
+        _json([r.raw for r in reservations])
+        return OK
+    _table(
+        ["ID", "STATUS", "GPUS", "START", "END", "PRICE", "REFUND NOW", "INSTANCE"],
+        [
+            [
+                r.id,
+                r.status,
+                f"{r.gpu_count}x {r.gpu_model}",
+                _when(r.start),
+                _when(r.end),
+                _money(r.price, r.currency),
+                r.refund_if_cancelled_now,
+                r.instance_id,
+            ]
+            for r in reservations
+        ],
+    )
+    return OK
+
+
+def cmd_cancel_reservation(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if not args.yes:
+            r = client.get_reservation(args.id)
+            if r.refund_if_cancelled_now is None:
+                raise InvalidState(
+                    f"reservation {r.id} is {r.status}: only a booked reservation can be "
+                    "cancelled, before its start",
+                    code="invalid_state",
+                )
+            refund = _money(r.refund_if_cancelled_now, r.currency)
+            question = (
+                f"Cancel reservation {r.id} ({r.gpu_count}x {r.gpu_model} from "
+                f"{_when(r.start)})? You get {refund} of {_money(r.price, r.currency)} back."
+            )
+            if not _confirm(question, f"cancelling refunds {refund} now; pass --yes"):
+                _warn("not cancelled")
+                return UNEXPECTED
+        reservation = client.cancel_reservation(args.id)
+    if args.json:
+        _json(reservation.raw)
+    else:
+        _say(_reservation_line(reservation))
+    return OK
+
+
+def _per_day(hours: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
+    """(local day, fewest free, most free, the largest booking that fits all day)."""
+    days: dict[str, list[dict[str, Any]]] = {}
+    for slot in hours:
+        day = (_when(slot.get("start")) or "?")[:10]
+        days.setdefault(day, []).append(slot)
+    return [
+        (
+            day,
+            min(s["free"] for s in slots),
+            max(s["free"] for s in slots),
+            min(s["largest_block"] for s in slots),
+        )
+        for day, slots in days.items()
+    ]
+
+
+def cmd_availability(args: argparse.Namespace) -> int:
+    with _client() as client:
+        data = client.availability(gpu_model=args.model, hours=args.hours)
+    if args.json:
+        _json(data)
+        return OK
+    models = data.get("models") or []
+    hourly = args.hourly or (data.get("hours") or 0) <= 48
+    rows = []
+    for model in models:
+        name = model.get("short_name") or model.get("gpu_model")
+        if hourly:
+            rows += [
+                [name, _when(s.get("start")), f"{s['free']}/{model['total']}", s["largest_block"]]
+                for s in model.get("hours") or []
+            ]
+        else:
+            rows += [
+                [name, day, f"{low}-{high}/{model['total']}", block]
+                for day, low, high, block in _per_day(model.get("hours") or [])
+            ]
+    _table(["GPU", "HOUR" if hourly else "DAY", "FREE", "ONE HOST"], rows)
+    if not hourly:
+        _say("ONE HOST: the most GPUs free on one host all day (the largest booking that fits).")
+    return OK
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if args.csv:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(client.usage_csv(args.month))
+            sys.stdout.buffer.flush()
+            return OK
+        data = client.usage(args.month)
+    if args.json:
+        _json(data)
+        return OK
+    cur = data.get("currency") or ""
+    totals = data.get("totals") or {}
+    rows = [
+        [r["day"], r["instance_name"], r["plan"], r["gpu_hours"], r["cost"]]
+        for r in data.get("rows") or []
+    ]
+    rows.append(["total", None, None, totals.get("gpu_hours"), totals.get("cost")])
+    _say(f"Usage in {data.get('month')} ({cur}):")
+    _table(["DAY", "INSTANCE", "PLAN", "GPU-HOURS", "COST"], rows)
+    return OK
+
+
+def cmd_invoices(args: argparse.Namespace) -> int:
+    with _client() as client:
+        invoices = client.invoices()
+    if args.json:
+        _json(invoices)
+        return OK
+    _table(
+        ["ID", "NUMBER", "KIND", "PERIOD", "STATUS", "TOTAL"],
+        [
+            [
+                i.get("id"),
+                i.get("number"),
+                i.get("kind"),
+                str(i.get("period_start", ""))[:7],
+                i.get("status"),
+                _money(i.get("total"), i.get("currency") or ""),
+            ]
+            for i in invoices
+        ],
+    )
+    return OK
+
+
+def cmd_invoice(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if args.pdf or args.csv:
+            target, content = (
+                (args.pdf, client.invoice_pdf(args.id))
+                if args.pdf
+                else (args.csv, client.invoice_csv(args.id))
+            )
+        else:
+            invoice = client.get_invoice(args.id)
+            target = content = None
+    if target is not None:
+        if target == "-":
+            sys.stdout.flush()
+            sys.stdout.buffer.write(content)
+            sys.stdout.buffer.flush()
+            return OK
+        Path(target).write_bytes(content)
+        if args.json:
+            _json({"id": args.id, "file": target, "bytes": len(content)})
+        else:
+            _say(f"saved invoice {args.id} to {target} ({len(content)} bytes)")
+        return OK
+    if args.json:
+        _json(invoice)
+        return OK
+    cur = invoice.get("currency") or ""
+    _say(
+        f"{invoice.get('number')} ({invoice.get('kind')}, {invoice.get('status')}): "
+        f"{invoice.get('period_start')} to {invoice.get('period_end')}, "
+        f"total {_money(invoice.get('total'), cur)}"
+    )
+    _table(
+        ["DESCRIPTION", "RATE", "GPU-HOURS", "AMOUNT"],
+        [
+            [
+                line.get("description"),
+                line.get("rate_kind"),
+                line.get("gpu_hours"),
+                line.get("amount"),
+            ]
+            for line in invoice.get("lines") or []
+        ],
+    )
+    return OK
+
+
 # Parser
 
 
@@ -488,6 +794,41 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("terminate", cmd_terminate, "terminate an instance and delete its /workspace")
     p.add_argument("id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command("reserve", cmd_reserve, "book GPUs ahead at the reserved rate (shows the price)")
+    p.add_argument("model", metavar="MODEL", help="GPU model short name or slug (A100)")
+    p.add_argument("count", metavar="COUNT", type=_positive_int, help="how many GPUs")
+    p.add_argument("--start", required=True, type=_time_arg, metavar="TIME", help="ISO 8601")
+    length = p.add_mutually_exclusive_group(required=True)
+    length.add_argument("--hours", type=_hours_arg, metavar="H", help="how long")
+    length.add_argument("--end", type=_time_arg, metavar="TIME", help="ISO 8601, exclusive")
+    p.add_argument("--image", required=True, metavar="SLUG", help="what runs from the start")
+    p.add_argument("--yes", action="store_true", help="book without asking (it is paid now)")
+
+    command("reservations", cmd_reservations, "list your reservations")
+
+    p = command(
+        "cancel-reservation", cmd_cancel_reservation, "cancel a reservation (shows the refund)"
+    )
+    p.add_argument("id")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command("availability", cmd_availability, "free GPUs ahead, per day or per hour")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="one GPU model (default: all)")
+    p.add_argument("--hours", type=_positive_int, help="how far ahead (default: the horizon)")
+    p.add_argument("--hourly", action="store_true", help="one row per hour (default up to 48 h)")
+
+    p = command("usage", cmd_usage, "GPU-hours and cost per instance per day, for a month")
+    p.add_argument("--month", type=_month_arg, metavar="YYYY-MM", help="default: this month")
+    p.add_argument("--csv", action="store_true", help="the CSV report on stdout")
+
+    command("invoices", cmd_invoices, "list your invoices")
+
+    p = command("invoice", cmd_invoice, "show an invoice, or save it as PDF or CSV")
+    p.add_argument("id")
+    document = p.add_mutually_exclusive_group()
+    document.add_argument("--pdf", metavar="FILE", help="save the PDF here (- for stdout)")
+    document.add_argument("--csv", metavar="FILE", help="save the CSV here (- for stdout)")
     return parser
 
 

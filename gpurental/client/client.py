@@ -2,7 +2,7 @@
 
 Retries are bounded and only where repeating cannot do harm: GETs, and POSTs, which
 carry an ``Idempotency-Key`` generated once per call and sent again on every retry,
-so the server runs a retried launch once.
+so the server runs a retried launch (or booking) once.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from gpurental.client.errors import (
     Timeout,
     ValidationError,
 )
-from gpurental.client.models import Instance
+from gpurental.client.models import Instance, Reservation
 
 USER_AGENT = f"gpurental-client/{__version__}"
 # Answers that mean "try again shortly": a proxy or the server is restarting or busy.
@@ -182,7 +182,102 @@ class Client:
     def me(self) -> dict[str, Any]:
         return self._get_json("me/")
 
+    # Reservations: GPUs booked ahead, paid at booking at the reserved rate.
+
+    def quote(
+        self,
+        *,
+        start: datetime | str,
+        end: datetime | str,
+        gpu_model: str | None = None,
+        gpu_count: int | None = None,
+        plan: str | None = None,
+    ) -> dict[str, Any]:
+        """What booking would cost (``price``, ``hours``, ``discount``, …), booking nothing."""
+        params = {**_gpu_choice(gpu_model, gpu_count, plan), **_period(start, end)}
+        return self._get_json("reservations/quote/", params)
+
+    def book(
+        self,
+        *,
+        image: str,
+        start: datetime | str,
+        end: datetime | str,
+        gpu_model: str | None = None,
+        gpu_count: int | None = None,
+        plan: str | None = None,
+    ) -> Reservation:
+        """Book ``gpu_count`` GPUs of ``gpu_model`` (or a ``plan``) for [start, end), running
+        ``image`` from the start. The price is paid now. ``start`` and ``end`` are aware
+        datetimes or ISO 8601 strings with a time zone."""
+        body = {"image": image, **_gpu_choice(gpu_model, gpu_count, plan), **_period(start, end)}
+        return self._reservation(self._request("POST", "reservations/", json_body=body))
+
+    def reservations(self) -> list[Reservation]:
+        return [self._reservation(data) for data in self._list("reservations/")]
+
+    def get_reservation(self, reservation_id: Any) -> Reservation:
+        return self._reservation(self._reservation_data(reservation_id))
+
+    def cancel_reservation(self, reservation_id: Any) -> Reservation:
+        """Cancel before the start: the refund follows the policy (see ``refunded``)."""
+        return self._reservation(self._reservation_cancel_data(reservation_id))
+
+    def availability(
+        self,
+        gpu_model: str | None = None,
+        hours: int | None = None,
+        start: datetime | str | None = None,
+    ) -> dict[str, Any]:
+        """Free GPUs per hour ahead: ``{"start", "hours", "models": [{"gpu_model", "total",
+        "hours": [{"start", "free", "largest_block"}]}]}`` (every model, or ``gpu_model``)."""
+        params: dict[str, Any] = {}
+        if gpu_model:
+            params["gpu_model"] = gpu_model
+        if hours is not None:
+            params["hours"] = hours
+        if start is not None:
+            params["start"] = _instant(start, "start")
+        return self._get_json("availability/", params or None)
+
+    # Billing
+
+    def usage(self, month: str | None = None) -> dict[str, Any]:
+        """GPU-hours and cost per instance per day for ``month`` ("YYYY-MM"; default this
+        month), with ``totals``. Amounts are strings: ``Decimal(row["cost"])``."""
+        return self._get_json("usage/", {"month": month} if month else None)
+
+    def usage_csv(self, month: str | None = None) -> bytes:
+        params = {"month": month} if month else None
+        return self._request("GET", "usage/csv/", params=params, accept="text/csv", raw=True)
+
+    def invoices(self) -> list[dict[str, Any]]:
+        """Your issued invoices and credit notes, newest first, with their lines."""
+        return self._list("invoices/")
+
+    def get_invoice(self, invoice_id: Any) -> dict[str, Any]:
+        return self._get_json(f"invoices/{self._quote(invoice_id)}/")
+
+    def invoice_pdf(self, invoice_id: Any) -> bytes:
+        path = f"invoices/{self._quote(invoice_id)}/pdf/"
+        return self._request("GET", path, accept="application/pdf", raw=True)
+
+    def invoice_csv(self, invoice_id: Any) -> bytes:
+        path = f"invoices/{self._quote(invoice_id)}/csv/"
+        return self._request("GET", path, accept="text/csv", raw=True)
+
     # Plumbing
+
+    def _reservation(self, data: Any) -> Reservation:
+        if not isinstance(data, dict):
+            raise GpuRentalError(f"the server at {self.base_url} sent no reservation")
+        return Reservation.from_api(data, client=self)
+
+    def _reservation_data(self, reservation_id: Any) -> Any:
+        return self._get_json(f"reservations/{self._quote(reservation_id)}/")
+
+    def _reservation_cancel_data(self, reservation_id: Any) -> Any:
+        return self._request("POST", f"reservations/{self._quote(reservation_id)}/cancel/")
 
     def _instance(self, data: Any) -> Instance:
         if not isinstance(data, dict):
@@ -193,10 +288,10 @@ class Client:
         return self._request("POST", f"instances/{self._quote(instance_id)}/{action}/")
 
     @staticmethod
-    def _quote(instance_id: Any) -> str:
-        if isinstance(instance_id, Instance):
-            instance_id = instance_id.id
-        return quote(str(instance_id), safe="")
+    def _quote(object_id: Any) -> str:
+        if isinstance(object_id, Instance | Reservation):
+            object_id = object_id.id
+        return quote(str(object_id), safe="")
 
     def _get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self._request("GET", path, params=params)
@@ -231,12 +326,16 @@ class Client:
         *,
         params: dict[str, Any] | None = None,
         json_body: Any = None,
+        accept: str = "application/json",
+        raw: bool = False,
     ) -> Any:
+        """The answer's JSON; with ``raw``, its body as bytes (a download). Errors are JSON
+        either way and raise the typed error."""
         url = self._url(path)
         headers = {
             "Authorization": f"Bearer {self._api_key}",
             "User-Agent": USER_AGENT,
-            "Accept": "application/json",
+            "Accept": accept,
         }
         if method == "POST":
             # One key per call, the same on every retry: the server does the work once.
@@ -277,14 +376,16 @@ class Client:
                     self._sleep(wait)
                     attempt += 1
                     continue
-            return self._answer(response)
+            return self._answer(response, raw=raw)
 
     def _backoff(self, attempt: int) -> float:
         return min(self.backoff * 2**attempt, 8.0)
 
-    def _answer(self, response: requests.Response) -> Any:
+    def _answer(self, response: requests.Response, *, raw: bool = False) -> Any:
         status = response.status_code
         if 200 <= status < 300:
+            if raw:
+                return response.content
             if status == 204 or not response.content:
                 return None
             try:
@@ -296,6 +397,29 @@ class Client:
                     status=status,
                 ) from None
         raise _error_from(response)
+
+
+def _gpu_choice(gpu_model: str | None, gpu_count: int | None, plan: str | None) -> dict[str, Any]:
+    if plan and (gpu_model or gpu_count):
+        raise ValueError("pass either gpu_model= (with gpu_count=) or plan=, not both")
+    if plan:
+        return {"plan": plan}
+    if not gpu_model:
+        raise ValueError("pass gpu_model= (for example 'A100') or plan=")
+    return {"gpu_model": gpu_model, "gpu_count": gpu_count or 1}
+
+
+def _instant(value: datetime | str, name: str) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            # A wall-clock time alone is ambiguous; the server refuses to guess, and so do we.
+            raise ValueError(f"{name} needs a time zone, e.g. datetime(..., tzinfo=UTC)")
+        return value.isoformat()
+    return str(value)
+
+
+def _period(start: datetime | str, end: datetime | str) -> dict[str, str]:
+    return {"start": _instant(start, "start"), "end": _instant(end, "end")}
 
 
 def _retryable(response: requests.Response) -> bool:

@@ -1,9 +1,10 @@
-"""What the SDK hands back: an ``Instance`` with methods, and its events."""
+"""What the SDK hands back: an ``Instance`` with methods, and its events; a ``Reservation``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from gpurental.client.errors import GpuRentalError, InvalidState, LaunchFailed, Timeout
@@ -212,3 +213,88 @@ class Instance:
                 "(only the instance's owner sees it)"
             )
         return self.jupyter_url
+
+
+def _decimal(value: Any) -> Decimal | None:
+    # Amounts arrive as strings ("7.48"): Decimal keeps them exact.
+    if value is None or value == "":
+        return None
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        return None
+
+
+@dataclass
+class Reservation:
+    """GPUs booked for [start, end), paid at booking. ``raw`` keeps the API's dict.
+
+    ``refund_if_cancelled_now`` is what ``cancel()`` would pay back now (``None`` once
+    the reservation has started); ``instance_id`` is the instance launched for it at
+    the start.
+    """
+
+    id: Any
+    status: str
+    gpu_model: str | None
+    gpu_count: int
+    plan: str | None
+    image: str | None
+    start: datetime | None
+    end: datetime | None
+    price: Decimal | None
+    refunded: Decimal | None
+    refund_if_cancelled_now: Decimal | None
+    currency: str
+    host: str | None
+    gpu_indices: list[int]
+    instance_id: Any
+    created_at: datetime | None
+    cancelled_at: datetime | None
+    raw: dict[str, Any] = field(repr=False)
+    _client: Client | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any], client: Client | None = None) -> Reservation:
+        return cls(**cls._fields_from(data), raw=data, _client=client)
+
+    @staticmethod
+    def _fields_from(data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": data.get("id"),
+            "status": data.get("status") or "",
+            "gpu_model": _gpu_model_name(data.get("gpu_model")),
+            "gpu_count": data.get("gpu_count") or 0,
+            "plan": data.get("plan"),
+            "image": data.get("image"),
+            "start": _parse_time(data.get("start")),
+            "end": _parse_time(data.get("end")),
+            "price": _decimal(data.get("price")),
+            "refunded": _decimal(data.get("refunded")),
+            "refund_if_cancelled_now": _decimal(data.get("refund_if_cancelled_now")),
+            "currency": data.get("currency") or "",
+            "host": data.get("host"),
+            "gpu_indices": list(data.get("gpu_indices") or []),
+            "instance_id": data.get("instance"),
+            "created_at": _parse_time(data.get("created_at")),
+            "cancelled_at": _parse_time(data.get("cancelled_at")),
+        }
+
+    def _update(self, data: dict[str, Any]) -> Reservation:
+        for name, value in self._fields_from(data).items():
+            setattr(self, name, value)
+        self.raw = data
+        return self
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise GpuRentalError("this Reservation is not bound to a Client")
+        return self._client
+
+    def refresh(self) -> Reservation:
+        return self._update(self.client._reservation_data(self.id))
+
+    def cancel(self) -> Reservation:
+        """Cancel before the start; ``refunded`` then says what was paid back."""
+        return self._update(self.client._reservation_cancel_data(self.id))

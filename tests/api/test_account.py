@@ -75,6 +75,10 @@ def test_me(as_alice, alice, running, settings):
         "gpu_quota": 8,
         "gpus_in_use": 1,
         "credit_limit": "10.00",
+        # 35.125 to spend at 2.20/h: under BILLING_LOW_BALANCE_HOURS (24) left.
+        "hourly_burn": "2.2000",
+        "hours_left": "16.0",
+        "low_balance": True,
         "is_staff": False,
     }
 

@@ -25,6 +25,18 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/api-keys/{id}/"),
     ("delete", "/api/v1/api-keys/{id}/"),
     ("get", "/api/v1/me/"),
+    ("get", "/api/v1/reservations/"),
+    ("post", "/api/v1/reservations/"),
+    ("get", "/api/v1/reservations/quote/"),
+    ("get", "/api/v1/reservations/{id}/"),
+    ("post", "/api/v1/reservations/{id}/cancel/"),
+    ("get", "/api/v1/availability/"),
+    ("get", "/api/v1/usage/"),
+    ("get", "/api/v1/usage/csv/"),
+    ("get", "/api/v1/invoices/"),
+    ("get", "/api/v1/invoices/{id}/"),
+    ("get", "/api/v1/invoices/{id}/pdf/"),
+    ("get", "/api/v1/invoices/{id}/csv/"),
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 
@@ -132,6 +133,37 @@ def _refund(reservation: Reservation, amount: Decimal, *, now: datetime, why: st
 # --- customer actions ---------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Quote:
+    plan: Plan
+    start: datetime  # UTC; now, for a start a moment ago
+    end: datetime  # UTC
+    price: Decimal
+
+    @property
+    def hours(self) -> Decimal:
+        return Decimal((self.end - self.start) // timedelta(microseconds=1)) / 3_600_000_000
+
+
+def reservation_quote(
+    *,
+    start: datetime,
+    end: datetime,
+    plan: Plan | None = None,
+    gpu_model: GPUModel | None = None,
+    gpu_count: int | None = None,
+    now: datetime | None = None,
+) -> Quote:
+    """Price a booking with the booking's own checks; books nothing. Raises RentalError."""
+    now = now or timezone.now()
+    plan = lifecycle.resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
+    _check_period(start, end, now)
+    # In UTC from here on: what the messages and the ledger say is labelled UTC.
+    start = max(start.astimezone(UTC), now.astimezone(UTC).replace(second=0, microsecond=0))
+    end = end.astimezone(UTC)
+    return Quote(plan, start, end, reservation_price(plan=plan, start=start, end=end))
+
+
 def reservation_book(
     *,
     user: User,
@@ -146,14 +178,12 @@ def reservation_book(
     """Hold GPUs over [start, end) and pay for them now. Raises RentalError (NoCapacity,
     InsufficientBalance, …); then nothing is held or charged."""
     now = now or timezone.now()
-    plan = lifecycle.resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
     if not image.is_active:
         raise RentalError(f"image {image.slug} is no longer offered", field="image")
-    _check_period(start, end, now)
-    # In UTC from here on: what the messages and the ledger say is labelled UTC.
-    start = max(start.astimezone(UTC), now.astimezone(UTC).replace(second=0, microsecond=0))
-    end = end.astimezone(UTC)
-    price = reservation_price(plan=plan, start=start, end=end)
+    quote = reservation_quote(
+        start=start, end=end, plan=plan, gpu_model=gpu_model, gpu_count=gpu_count, now=now
+    )
+    plan, start, end, price = quote.plan, quote.start, quote.end, quote.price
     with transaction.atomic():
         # One booking or launch at a time per user: the balance is checked and spent once.
         locked_user = User.objects.select_for_update().get(pk=user.pk)
