@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 MESSAGE_TYPE = "telemetry.sample"  # the consumers' handler: telemetry_sample
 LATEST_TTL_S = 15
+RECENT_SAMPLES = 300  # the live chart's 5 minutes at 1 Hz
 MAX_PENDING_MINUTES = 30  # kept for retry while the broker is unreachable
 
 
@@ -45,6 +46,11 @@ def host_group(host_name: str) -> str:
 
 def latest_key(host_name: str) -> str:
     return f"gpurental:telemetry:latest:{host_name}"
+
+
+def recent_key(host_name: str) -> str:
+    """A host's last ``RECENT_SAMPLES`` messages, oldest first: a chart opened now starts full."""
+    return f"gpurental:telemetry:recent:{host_name}"
 
 
 def telemetry_url_from_broker(broker_url: str) -> str | None:
@@ -161,7 +167,15 @@ class ChannelPublisher:
 
     async def _send(self, message: dict) -> None:
         await self.layer.group_send(host_group(self.host_name), message)
-        await self.redis.set(latest_key(self.host_name), json.dumps(message), ex=LATEST_TTL_S)
+        text = json.dumps(message)
+        recent = recent_key(self.host_name)
+        # One round trip: the latest sample, and the recent ones for charts opened later.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(latest_key(self.host_name), text, ex=LATEST_TTL_S)
+            pipe.rpush(recent, text)
+            pipe.ltrim(recent, -RECENT_SAMPLES, -1)
+            pipe.expire(recent, RECENT_SAMPLES)
+            await pipe.execute()
 
     def publish(self, message: dict) -> None:
         self.loop.run_until_complete(asyncio.wait_for(self._send(message), self.timeout_s))

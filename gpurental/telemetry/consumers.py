@@ -48,7 +48,7 @@ from gpurental.agent.sampler import host_group
 from gpurental.fleet.models import Host
 from gpurental.rentals.events import instance_group
 from gpurental.rentals.selectors import instance_visible_to
-from gpurental.telemetry.selectors import fleet_hosts, telemetry_scope
+from gpurental.telemetry.selectors import fleet_hosts, recent_samples, telemetry_scope
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -86,6 +86,22 @@ class InstanceConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         # The current state first, so a page never misses what happened before it subscribed.
         await self.send_json({"type": "snapshot", **snapshot})
+        if self.telemetry_group:
+            # The last 5 minutes of samples, so the live chart does not start empty.
+            recent = await database_sync_to_async(recent_samples)(
+                host=snapshot["telemetry"]["host"],
+                instance_id=self.instance_id,
+                gpu_indices=self.gpu_indices,
+            )
+            if recent:
+                await self.send_json(
+                    {
+                        "type": "telemetry_backfill",
+                        "samples": [
+                            {**s, "gpus": [_gpu_fields(g) for g in s["gpus"]]} for s in recent
+                        ],
+                    }
+                )
 
     async def _follow(self, scope: dict) -> None:
         """Listen to the host's samples only while the instance holds GPUs there."""

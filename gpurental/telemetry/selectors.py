@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 from django.db.models import Aggregate, Avg, BooleanField, Count
 
-from gpurental.agent.sampler import latest_key
+from gpurental.agent.sampler import latest_key, recent_key
 from gpurental.fleet.models import Host
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.selectors import HELD, HOLDING, instance_gpus, running_seconds
@@ -121,6 +121,32 @@ def _redis() -> redis.Redis:
     host = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
     url = host["address"] if isinstance(host, dict) else host
     return redis.Redis.from_url(url, socket_timeout=2)
+
+
+def recent_samples(*, host: str, instance_id: str, gpu_indices: set[int]) -> list[dict]:
+    """The host's recent messages (up to 5 minutes), cut to this instance's GPUs: the
+    first screen of the live chart. Empty when Redis cannot be read."""
+    try:
+        raw = _redis().lrange(recent_key(host), 0, -1)
+    except redis.RedisError:
+        log.warning("cannot read the recent samples of %s from Redis", host, exc_info=True)
+        return []
+    samples = []
+    for text in raw:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            continue
+        gpus = [
+            gpu
+            for gpu in message.get("gpus", [])
+            if gpu.get("index") in gpu_indices and gpu.get("instance") == instance_id
+        ]
+        if gpus:
+            samples.append(
+                {"ts": message.get("ts"), "simulated": bool(message.get("simulated")), "gpus": gpus}
+            )
+    return samples
 
 
 def latest_samples(*, hosts: list[str]) -> dict[str, dict]:

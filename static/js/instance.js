@@ -117,6 +117,7 @@
     (data.gpus || []).forEach(function (gpu) {
       if (liveMem && gpu.mem_total) liveMem.options.scales.y.max = Math.ceil(gpu.mem_total / GIB);
       const points = liveData[gpu.index] || (liveData[gpu.index] = []);
+      if (points.length && points[points.length - 1].x >= ms) return; // seen (a reconnect's backfill)
       points.push({ x: ms, util: gpu.stale ? null : gpu.util, mem: gpu.stale ? null : gpu.mem_used });
       while (points.length && points[0].x < cutoff) points.shift();
     });
@@ -190,6 +191,10 @@
         if (data.kind === "transition") setStatus(data.status, data.reason);
       } else if (data.type === "telemetry") {
         onSample(data);
+      } else if (data.type === "telemetry_backfill") {
+        // The last minutes the agent kept: the live chart starts full, not empty.
+        (data.samples || []).forEach(onSample);
+        drawLive(Date.now());
       }
     };
     socket.onclose = function (event) {

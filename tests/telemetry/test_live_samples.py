@@ -87,6 +87,31 @@ def test_owners_see_only_their_own_gpu_and_never_the_neighbours(
     assert "instance" not in seen_by_alice["gpus"][0]  # no other tenant's ids either
 
 
+def test_a_chart_opened_later_starts_with_the_recent_samples_of_its_own_gpus_only(
+    alice, bob, run_instance, publisher
+):
+    mine, theirs = run_instance(alice), run_instance(bob)
+    (a_gpu,), (b_gpu,) = mine.gpu_indices, theirs.gpu_indices
+    for ts, util in ((2000.0, 21.0), (2001.0, 22.0)):
+        publisher.publish(
+            host_message((a_gpu, str(mine.pk), util), (b_gpu, str(theirs.pk), 90.0), ts=ts)
+        )
+
+    async def session():
+        ws = _communicator(alice, f"/ws/instances/{mine.pk}/")
+        assert (await ws.connect())[0]
+        await _drain_snapshot(ws)
+        backfill = await ws.receive_json_from(timeout=3)
+        await ws.disconnect()
+        return backfill
+
+    backfill = async_to_sync(session)()
+    assert backfill["type"] == "telemetry_backfill"
+    seen = [(s["ts"], [(g["index"], g["util"]) for g in s["gpus"]]) for s in backfill["samples"]]
+    assert seen == [(2000.0, [(a_gpu, 21.0)]), (2001.0, [(a_gpu, 22.0)])]
+    assert all(s["simulated"] for s in backfill["samples"])
+
+
 def test_bob_cannot_watch_alices_gpus(alice, bob, run_instance):
     mine = run_instance(alice)
     assert _refused(bob, f"/ws/instances/{mine.pk}/") == (False, CLOSE_NOT_FOUND)
