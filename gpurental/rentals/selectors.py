@@ -80,10 +80,18 @@ def free_gpus(
 
 
 def gpus_held_by(*, user) -> int:
-    return (
-        Instance.objects.filter(user=user, status__in=HOLDING).aggregate(n=Sum("gpu_count"))["n"]
-        or 0
+    """GPUs the user's on-demand instances hold: what the at-once quota limits (reserved
+    GPUs are checked against it when booked)."""
+    held = Instance.objects.filter(user=user, status__in=HOLDING, reservation__isnull=True)
+    return held.aggregate(n=Sum("gpu_count"))["n"] or 0
+
+
+def gpus_booked_by(*, user, start: datetime, end: datetime) -> int:
+    """GPUs of the user's live reservations overlapping [start, end) (at most, at once)."""
+    booked = Reservation.objects.filter(
+        user=user, status__in=("booked", "active"), period__overlap=between(start, end)
     )
+    return booked.aggregate(n=Sum("gpu_count"))["n"] or 0
 
 
 def next_release(*, gpu_model: GPUModel, now: datetime) -> datetime | None:

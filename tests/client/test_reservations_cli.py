@@ -181,6 +181,9 @@ def test_cli_reserve_shows_the_quote_then_books(logged_in_live, capsys):
 
 @pytest.mark.django_db(transaction=True)
 def test_cli_reserve_without_capacity_exits_5(logged_in_live, capsys):
+    from gpurental.accounts.models import User
+
+    User.objects.update(gpu_quota=16)  # the quota would refuse first
     start = whole_hour(days=1)
     argv = ["reserve", "A100", "8", "--start", start.isoformat(), "--hours", "2"]
     assert run(capsys, *argv, "--image", "jupyter-cpu", "--yes")[0] == 0

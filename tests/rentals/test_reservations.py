@@ -13,10 +13,12 @@ from gpurental.billing.selectors import balance_of
 from gpurental.billing.services import credit_add
 from gpurental.billing.services.invoicing import invoice_generate
 from gpurental.billing.services.metering import meter_run
+from gpurental.fleet.models import Host
 from gpurental.rentals import selectors
-from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
+from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, QuotaExceeded, RentalError
 from gpurental.rentals.models import (
     Allocation,
+    Instance,
     InstanceEvent,
     InstanceStatus,
     Reservation,
@@ -62,6 +64,10 @@ def one(h100):
 @pytest.fixture
 def node(make_host, h100):
     return make_host("node1", h100, count=2, last_heartbeat_at=NOW)
+
+
+def beat(host, at):
+    Host.objects.filter(pk=host.pk).update(last_heartbeat_at=at)
 
 
 def book(user, plan, image, start=START, end=END, now=NOW):
@@ -181,6 +187,7 @@ def test_cancelling_refunds_by_the_policy_and_frees_the_gpus(
 
 def test_a_reservation_cannot_be_cancelled_once_started(alice, plan, image, node, sent):
     reservation = book(alice, plan, image)
+    beat(node, START)
     rs.reservations_tick(now=START)
     with pytest.raises(InvalidTransition) as refused:
         rs.reservation_cancel(
@@ -197,7 +204,7 @@ def test_the_clock_launches_warns_and_stops_and_the_meter_charges_nothing(
     reservation = book(alice, plan, image)
     assert rs.reservations_tick(now=START - timedelta(minutes=1))["activated"] == 0
 
-    node.__class__.objects.filter(pk=node.pk).update(last_heartbeat_at=START)
+    beat(node, START)
     with django_capture_on_commit_callbacks(execute=True):
         assert rs.reservations_tick(now=START)["activated"] == 1
     reservation.refresh_from_db()
@@ -213,7 +220,7 @@ def test_the_clock_launches_warns_and_stops_and_the_meter_charges_nothing(
     lc.instance_report_running(
         instance_id=str(instance.pk), port=4000, container_id="c", now=START + timedelta(minutes=1)
     )
-    node.__class__.objects.filter(pk=node.pk).update(last_heartbeat_at=END)
+    beat(node, END)
     assert meter_run(now=START + timedelta(hours=2)) == 0
     assert not Charge.objects.exists()
 
@@ -253,6 +260,7 @@ def test_a_reservation_whose_instance_cannot_start_is_refunded_in_full(
 ):
     credit_add(user=alice, amount=Decimal("100.00"))
     reservation = book(alice, plan, image)
+    beat(node, START)
     rs.reservations_tick(now=START)
     instance = reservation.instances.get()
     lc.instance_report_failed(instance_id=str(instance.pk), reason="image missing", now=START)
@@ -264,11 +272,74 @@ def test_a_reservation_whose_instance_cannot_start_is_refunded_in_full(
     assert not Allocation.objects.filter(reservation=reservation).exists()
 
 
-def test_a_booking_nobody_used_is_closed_at_its_end(alice, plan, image, node):
+def test_a_booking_the_clock_never_launched_is_refunded_in_full_at_its_end(
+    alice, plan, image, node
+):
+    credit_add(user=alice, amount=Decimal("100.00"))
     reservation = book(alice, plan, image)
     assert rs.reservations_tick(now=END + timedelta(minutes=1))["completed"] == 1
     reservation.refresh_from_db()
+    assert reservation.status == ReservationStatus.CANCELLED
+    assert reservation.refunded == reservation.price and balance_of(user=alice) == 100
+    assert "never launched" in reservation.events.last().reason
+
+
+def test_a_host_that_is_down_at_the_start_costs_nothing(alice, plan, image, node, sent):
+    credit_add(user=alice, amount=Decimal("100.00"))
+    reservation = book(alice, plan, image)
+    beat(node, START - timedelta(minutes=10))  # silent since
+    assert rs.reservations_tick(now=START)["activated"] == 0
+    reservation.refresh_from_db()
+    assert reservation.status == ReservationStatus.CANCELLED and not reservation.instances.exists()
+    assert balance_of(user=alice) == Decimal("100.00")
+    assert "node1 was not available" in reservation.events.last().reason
+    assert not Allocation.objects.filter(reservation=reservation).exists()
+
+
+def test_a_lost_host_refunds_the_unused_part_of_the_period(alice, plan, image, node, sent):
+    credit_add(user=alice, amount=Decimal("100.00"))
+    reservation = book(alice, plan, image)  # 16.00 for 5 h
+    beat(node, START)
+    rs.reservations_tick(now=START)
+    instance = reservation.instances.get()
+    lc.instance_report_running(instance_id=str(instance.pk), port=4000, container_id="c", now=START)
+    went_down = START + timedelta(hours=2)
+    Instance.objects.filter(pk=instance.pk).update(
+        status=InstanceStatus.LOST, stopped_at=went_down, status_reason="host silent"
+    )
+    assert rs.reservations_tick(now=went_down + timedelta(minutes=1))["failed"] == 1
+    reservation.refresh_from_db()
     assert reservation.status == ReservationStatus.COMPLETED
+    assert reservation.refunded == Decimal("9.60")  # 3 of 5 hours unused
+    assert balance_of(user=alice) == Decimal("93.60")
+    (held,) = {a.period.upper for a in Allocation.objects.filter(reservation=reservation)}
+    assert held == went_down  # the GPUs are free again for the rest of the period
+
+
+def test_back_to_back_bookings_end_the_first_before_launching_the_next(
+    alice, bob, plan, image, node, sent
+):
+    first = book(alice, plan, image)
+    second = book(bob, plan, image, END, END + timedelta(hours=2))
+    beat(node, START)
+    rs.reservations_tick(now=START)
+    beat(node, END)
+    done = rs.reservations_tick(now=END)
+    assert (done["completed"], done["activated"]) == (1, 1)
+    assert first.instances.get().status == InstanceStatus.STOPPING
+    assert second.instances.get().status == InstanceStatus.PENDING
+
+
+def test_bookings_count_against_the_gpu_quota(alice, plan, one, image, make_host, h100):
+    make_host("node2", h100, count=8, last_heartbeat_at=NOW)
+    type(alice).objects.filter(pk=alice.pk).update(gpu_quota=3)
+    alice.refresh_from_db()
+    book(alice, plan, image)
+    with pytest.raises(QuotaExceeded) as refused:
+        book(alice, plan, image, START + timedelta(hours=1), END)
+    assert "you have 2 booked over that period" in refused.value.message
+    book(alice, one, image, START + timedelta(hours=1), END)  # 3 in all: within the quota
+    book(alice, plan, image, END, END + timedelta(hours=1))  # later: nothing overlaps
 
 
 def test_availability_counts_free_gpus_per_hour_and_the_largest_block(

@@ -25,7 +25,7 @@ from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals import hostcalls, selectors
 from gpurental.rentals.events import publish_instance_event
 from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
-from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
+from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus, Reservation
 from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
 
 S = InstanceStatus
@@ -245,6 +245,10 @@ def instance_start(
     if instance.reservation_id is None:
         prepaid.start_allowed(instance=instance, now=now)
     with transaction.atomic():
+        if instance.reservation_id is not None:
+            # The reservation first, as the reservation clock locks them: a start racing
+            # the end waits for it, then sees the reservation completed.
+            Reservation.objects.select_for_update().filter(pk=instance.reservation_id).first()
         instance = _lock(instance)
         if instance.status in (S.PENDING, S.PROVISIONING, S.RUNNING):
             return instance

@@ -31,8 +31,9 @@ from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.selectors import balance_of, operator_zone
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.fleet.models import Host, HostStatus
 from gpurental.rentals import hostcalls, selectors
-from gpurental.rentals.exceptions import InvalidTransition, RentalError
+from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
 from gpurental.rentals.models import (
     Allocation,
     Instance,
@@ -62,8 +63,7 @@ def reservation_price(*, plan: Plan, start: datetime, end: datetime) -> Decimal:
 
 
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:
-    if start.tzinfo is None or end.tzinfo is None:
-        raise RentalError("start and end need a time zone (e.g. 2026-12-03T10:00Z)", field="start")
+    """The booking rules for a period (start and end in UTC)."""
     if start.second or start.microsecond or end.second or end.microsecond:
         raise RentalError("start and end must be on whole minutes", field="start")
     if start < now - timedelta(minutes=1):
@@ -71,6 +71,8 @@ def _check_period(start: datetime, end: datetime, now: datetime) -> None:
     horizon = settings.RESERVATION_HORIZON_DAYS
     if start > now + timedelta(days=horizon):
         raise RentalError(f"start must be within {horizon} days from now", field="start")
+    if end <= start:
+        raise RentalError("end must be after start", field="end")
     minutes = (end - start).total_seconds() / 60
     if minutes < settings.RESERVATION_MIN_MINUTES:
         raise RentalError(
@@ -157,10 +159,12 @@ def reservation_quote(
     """Price a booking with the booking's own checks; books nothing. Raises RentalError."""
     now = now or timezone.now()
     plan = lifecycle.resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
-    _check_period(start, end, now)
+    if start.tzinfo is None or end.tzinfo is None:
+        raise RentalError("start and end need a time zone (e.g. 2026-12-03T10:00Z)", field="start")
     # In UTC from here on: what the messages and the ledger say is labelled UTC.
-    start = max(start.astimezone(UTC), now.astimezone(UTC).replace(second=0, microsecond=0))
-    end = end.astimezone(UTC)
+    start, end, now = start.astimezone(UTC), end.astimezone(UTC), now.astimezone(UTC)
+    _check_period(start, end, now)
+    start = max(start, now.replace(second=0, microsecond=0))  # "now" given a moment ago
     return Quote(plan, start, end, reservation_price(plan=plan, start=start, end=end))
 
 
@@ -187,6 +191,13 @@ def reservation_book(
     with transaction.atomic():
         # One booking or launch at a time per user: the balance is checked and spent once.
         locked_user = User.objects.select_for_update().get(pk=user.pk)
+        booked = selectors.gpus_booked_by(user=locked_user, start=start, end=end)
+        if booked + plan.gpu_count > locked_user.gpu_quota:
+            raise QuotaExceeded(
+                f"your quota is {locked_user.gpu_quota} GPUs at once and you have {booked} "
+                f"booked over that period; {plan.gpu_count} more would exceed it",
+                field="gpu_count",
+            )
         _check_balance(locked_user, price)
         reservation = Reservation.objects.create(
             user=locked_user,
@@ -274,18 +285,15 @@ def reservation_cancel(
                 "start. Stop its instance instead.",
                 field="status",
             )
-        Allocation.objects.filter(reservation=reservation).delete()
-        _refund(reservation, refund, now=now, why="cancelled")
         cur = settings.BILLING_CURRENCY
-        _event(
+        _close(
             reservation,
             R.CANCELLED,
+            refund=refund,
             reason=f"cancelled by {actor or 'the operator'}; refunded {refund} of "
             f"{reservation.price} {cur}",
             now=now,
             actor=actor,
-            refunded=refund,
-            cancelled_at=now,
         )
     return reservation
 
@@ -302,7 +310,18 @@ def reservation_activate(*, reservation: Reservation, now: datetime) -> Instance
         if not reservation.start <= now < reservation.end:
             return None
         allocations = Allocation.objects.filter(reservation=reservation).select_related("gpu")
-        host_id = allocations.values_list("gpu__host_id", flat=True).first()
+        host = Host.objects.filter(pk__in=allocations.values("gpu__host_id")).first()
+        if host is None or not _host_usable(host, now):
+            where = host.name if host else "its host"
+            _close(
+                reservation,
+                R.CANCELLED,
+                refund=reservation.price - reservation.refunded,
+                reason=f"{where} was not available at the start; refunded in full",
+                now=now,
+            )
+            return None
+        host_id = host.pk
         instance = Instance.objects.create(
             user_id=reservation.user_id,
             name=f"reservation {str(reservation.pk)[:8]}",
@@ -355,13 +374,23 @@ def reservation_warn_end(*, reservation: Reservation, now: datetime) -> bool:
 
 
 def reservation_complete(*, reservation: Reservation, now: datetime) -> bool:
-    """At the end: stop its instance (never delete it) and close the reservation."""
+    """At the end: stop its instance (never delete it) and close the reservation. One that
+    never launched (the clock was down all along) is refunded in full."""
     with transaction.atomic():
         reservation = _lock(reservation, skip_locked=True)
         if reservation is None or reservation.status not in (R.BOOKED, R.ACTIVE):
             return False
         if now < reservation.end:
             return False
+        if reservation.status == R.BOOKED:
+            _close(
+                reservation,
+                R.CANCELLED,
+                refund=reservation.price - reservation.refunded,
+                reason="its instance was never launched; refunded in full",
+                now=now,
+            )
+            return True
         for instance in reservation.instances.filter(status__in=lifecycle.STOPPABLE):
             lifecycle.instance_stop(
                 instance=instance,
@@ -374,45 +403,113 @@ def reservation_complete(*, reservation: Reservation, now: datetime) -> bool:
 
 
 def reservation_fail(*, reservation: Reservation, instance: Instance, now: datetime) -> bool:
-    """Its instance could not start: cancel and refund in full (a failure costs nothing)."""
+    """Its instance failed or its host was lost: what is left of the period cannot be used.
+    An instance that never ran costs nothing (a full refund); one that ran is refunded the
+    unused part, from when it went down to the end."""
     with transaction.atomic():
         reservation = _lock(reservation, skip_locked=True)
         if reservation is None or reservation.status != R.ACTIVE:
             return False
-        Allocation.objects.filter(reservation=reservation).delete()
-        _refund(reservation, reservation.price, now=now, why="its instance could not start")
-        _event(
+        went_down = min(
+            max(instance.stopped_at or instance.status_changed_at, reservation.start),
+            reservation.end,
+        )
+        if not instance.events.filter(to_status=InstanceStatus.RUNNING).exists():
+            _close(
+                reservation,
+                R.CANCELLED,
+                refund=reservation.price - reservation.refunded,
+                reason=f"its instance could not start ({instance.status_reason}); refunded in full",
+                now=now,
+            )
+            return True
+        whole = (reservation.end - reservation.start) // timedelta(microseconds=1)
+        unused = (reservation.end - went_down) // timedelta(microseconds=1)
+        refund = min(
+            pricing.quantize_money(reservation.price * unused / whole),
+            reservation.price - reservation.refunded,
+        )
+        minutes = round(unused / 60_000_000)
+        _close(
             reservation,
-            R.CANCELLED,
-            reason=f"its instance could not start ({instance.status_reason}); refunded in full",
+            R.COMPLETED,
+            refund=refund,
+            reason=f"its instance went {instance.status} at {went_down:%Y-%m-%d %H:%M} UTC "
+            f"({instance.status_reason}); the unused {minutes} minutes refunded",
             now=now,
-            refunded=reservation.price,
-            cancelled_at=now,
+            until=went_down,
         )
         return True
 
 
+def _close(
+    reservation: Reservation,
+    to: str,
+    *,
+    refund: Decimal,
+    reason: str,
+    now: datetime,
+    until: datetime | None = None,
+    actor: User | None = None,
+) -> None:
+    """End the reservation (locked by the caller) early: free its GPUs from ``until`` (all
+    of them when None), refund, record."""
+    held = Allocation.objects.filter(reservation=reservation)
+    if until is None or until <= reservation.start:
+        held.delete()
+    else:
+        held.update(period=selectors.between(reservation.start, until))
+    _refund(reservation, refund, now=now, why=reason)
+    _event(
+        reservation,
+        to,
+        reason=reason,
+        now=now,
+        actor=actor,
+        refunded=reservation.refunded + max(refund, Decimal(0)),
+        cancelled_at=now if to == R.CANCELLED else reservation.cancelled_at,
+    )
+
+
+def _host_usable(host: Host, now: datetime) -> bool:
+    fresh = (
+        host.last_heartbeat_at is not None
+        and (now - host.last_heartbeat_at).total_seconds() <= settings.HOST_OFFLINE_AFTER
+    )
+    return fresh and host.status == HostStatus.ACTIVE
+
+
 def reservations_tick(*, now: datetime | None = None) -> dict[str, int]:
-    """One pass of the reservation clock; safe to run from many workers at once."""
+    """One pass of the reservation clock; safe to run from many workers at once. Ends come
+    first, so GPUs booked back to back are stopped before the next booking launches; one
+    reservation's trouble is logged and the others go on."""
     now = now or timezone.now()
-    done = {"activated": 0, "warned": 0, "completed": 0, "failed": 0}
-    due = Reservation.objects.filter(status=R.BOOKED, period__startswith__lte=now)
-    for reservation in due.filter(period__endswith__gt=now):
-        done["activated"] += reservation_activate(reservation=reservation, now=now) is not None
-    warn_from = now + timedelta(minutes=settings.RESERVATION_END_WARNING_MINUTES)
-    for reservation in Reservation.objects.filter(
-        status=R.ACTIVE, end_warned_at__isnull=True, period__endswith__lte=warn_from
-    ):
-        done["warned"] += reservation_warn_end(reservation=reservation, now=now)
-    failed = Instance.objects.filter(
-        reservation__status=R.ACTIVE, status=InstanceStatus.FAILED
+    done = {"completed": 0, "failed": 0, "activated": 0, "warned": 0}
+    ending = Reservation.objects.filter(status__in=(R.BOOKED, R.ACTIVE), period__endswith__lte=now)
+    broken = Instance.objects.filter(
+        reservation__status=R.ACTIVE, status__in=(InstanceStatus.FAILED, InstanceStatus.LOST)
     ).select_related("reservation")
-    for instance in failed:
-        done["failed"] += reservation_fail(
-            reservation=instance.reservation, instance=instance, now=now
-        )
-    for reservation in Reservation.objects.filter(
-        status__in=(R.BOOKED, R.ACTIVE), period__endswith__lte=now
-    ):
-        done["completed"] += reservation_complete(reservation=reservation, now=now)
+    starting = Reservation.objects.filter(
+        status=R.BOOKED, period__startswith__lte=now, period__endswith__gt=now
+    )
+    warn_from = now + timedelta(minutes=settings.RESERVATION_END_WARNING_MINUTES)
+    warning = Reservation.objects.filter(
+        status=R.ACTIVE, end_warned_at__isnull=True, period__endswith__lte=warn_from
+    )
+    steps = [
+        ("completed", ending, lambda r: reservation_complete(reservation=r, now=now)),
+        (
+            "failed",
+            broken,
+            lambda i: reservation_fail(reservation=i.reservation, instance=i, now=now),
+        ),
+        ("activated", starting, lambda r: reservation_activate(reservation=r, now=now) is not None),
+        ("warned", warning, lambda r: reservation_warn_end(reservation=r, now=now)),
+    ]
+    for name, queryset, step in steps:
+        for item in queryset:
+            try:
+                done[name] += bool(step(item))
+            except Exception:  # noqa: BLE001 - one reservation must not stop the clock
+                log.exception("reservation clock: %s of %s failed", name, item.pk)
     return done
