@@ -47,9 +47,10 @@ def invoice_list(request):
     """Balance, this month's spend and forecast, the usage report (?month=YYYY-MM), invoices."""
     try:
         year, month = _month(request.GET.get("month"))
-    except ValueError:
+        start, end = pricing.local_month(year, month, operator_zone())
+    except (ValueError, OverflowError):
         year, month = _month(None)
-    start, end = pricing.local_month(year, month, operator_zone())
+        start, end = pricing.local_month(year, month, operator_zone())
     usage = [
         {**row.__dict__, "cost": quantize_money(row.cost)}
         for row in usage_by_day(user=request.user, start=start, end=end)
@@ -83,11 +84,11 @@ def usage_csv(request):
     """GPU-hours and cost per instance per day, for ?month=YYYY-MM (default: this month)."""
     try:
         year, month = _month(request.GET.get("month"))
-    except ValueError:
+        start, end = pricing.local_month(year, month, operator_zone())
+    except (ValueError, OverflowError):
         return HttpResponseBadRequest(
             "month: use YYYY-MM, e.g. 2026-10", content_type="text/plain; charset=utf-8"
         )
-    start, end = pricing.local_month(year, month, operator_zone())
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(["day", "instance", "instance_name", "plan", "gpu_hours", "cost", "currency"])

@@ -105,6 +105,8 @@ class ReservationForm(forms.Form):
     hours = forms.IntegerField(
         min_value=1, initial=4, label="Hours", help_text="How long the GPUs are yours"
     )
+    # One per form shown: a second "Book and pay" of the same form books nothing.
+    nonce = forms.CharField(required=False, widget=forms.HiddenInput, max_length=64)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -113,6 +115,15 @@ class ReservationForm(forms.Form):
         self.fields["hours"].validators.append(
             MaxValueValidator(most, f"A reservation lasts at most {most} hours.")
         )
+
+    def clean(self):
+        data = super().clean()
+        start = data.get("start")
+        if start is not None:
+            horizon = settings.RESERVATION_HORIZON_DAYS
+            if start > dt.datetime.now(dt.UTC) + dt.timedelta(days=horizon):
+                self.add_error("start", f"Start within {horizon} days from now.")
+        return data
 
     def add_service_error(self, field: str | None, message: str) -> None:
         field = self.SERVICE_FIELDS.get(field, field)
@@ -126,9 +137,9 @@ class ReservationForm(forms.Form):
 
 class MonthForm(forms.Form):
     month = forms.RegexField(
-        regex=r"^\d{4}-(0[1-9]|1[0-2])$",
+        regex=r"^(19[7-9]\d|2\d{3})-(0[1-9]|1[0-2])$",  # 1970–2999: what a bill can be for
         required=False,
-        error_messages={"invalid": "Use YYYY-MM, e.g. 2026-10."},
+        error_messages={"invalid": "Use YYYY-MM between 1970 and 2999, e.g. 2026-10."},
     )
 
     def year_month(self, *, today: dt.date) -> tuple[int, int]:

@@ -23,8 +23,8 @@ from gpurental.rentals.selectors import (
     instance_gpus,
     reservations_visible_to,
 )
-from gpurental.rentals.services.lifecycle import resolve_plan
-from gpurental.rentals.services.reservations import refund_for, reservation_price
+from gpurental.rentals.services import reservations
+from gpurental.rentals.services.reservations import refund_for
 from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
 
 LIVE = (
@@ -237,10 +237,12 @@ def reservation_context(*, reservation: Reservation, now: dt.datetime) -> dict:
 def reservation_quote(
     *, gpu_model: GPUModel, gpu_count: int, start: dt.datetime, end: dt.datetime, now: dt.datetime
 ) -> dict:
-    """What a booking would cost, and whether the table shows room for it (the booking
-    itself decides). Raises RentalError when no plan offers the combination."""
-    plan = resolve_plan(plan=None, gpu_model=gpu_model, gpu_count=gpu_count)
-    price = reservation_price(plan=plan, start=start, end=end)
+    """What the booking would cost (the booking's own quote: its checks, its price), and
+    whether the table shows room for it (the booking itself decides). Raises RentalError."""
+    quote = reservations.reservation_quote(
+        gpu_model=gpu_model, gpu_count=gpu_count, start=start, end=end, now=now
+    )
+    plan, start, end = quote.plan, quote.start, quote.end
     seconds = (end - start) // dt.timedelta(seconds=1)
     first = start.replace(minute=0, second=0, microsecond=0)
     hours = -(-(end - first) // dt.timedelta(hours=1))  # the hours it touches, rounded up
@@ -248,11 +250,10 @@ def reservation_quote(
     together = min((s.largest_block for s in slots), default=0)
     return {
         "plan": plan,
-        "price": price,
+        "price": quote.price,
         "hours": seconds / 3600,
         "on_demand": quantize_money(plan.hourly_rate * seconds / 3600),
         "together": together,
         "fits": together >= plan.gpu_count,
-        "in_past": start < now,
         "currency": settings.BILLING_CURRENCY,
     }

@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import secrets
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -171,8 +173,21 @@ def api_key_revoke_view(request, key_id):
 def _reservation_form(request, now) -> ReservationForm:
     model = request.GET.get("model")
     start = now.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=2)
-    initial = {"start": start, **({"gpu_model": model} if model else {})}
+    initial = {
+        "start": start,
+        "nonce": secrets.token_urlsafe(16),
+        **({"gpu_model": model} if model else {}),
+    }
     return ReservationForm(request.POST or None, initial=initial)
+
+
+def _booking_key(user, nonce: str) -> str:
+    return f"console:booking:{user.pk}:{nonce}"
+
+
+def _first_submit(user, nonce: str) -> bool:
+    """False when this form was submitted already (a double click, a reload)."""
+    return not nonce or cache.add(_booking_key(user, nonce), 1, timeout=24 * 3600)
 
 
 def _quote(form: ReservationForm, now) -> dict | None:
@@ -201,6 +216,9 @@ def reservation_list(request):
     elif request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         start, end = form.period
+        if not _first_submit(request.user, data.get("nonce", "")):
+            messages.info(request, "That form was sent twice: it was booked (and paid) once.")
+            return redirect("reservations")
         try:
             reservation = reservations.reservation_book(
                 user=request.user,
@@ -211,6 +229,7 @@ def reservation_list(request):
                 gpu_count=data["gpu_count"],
             )
         except RentalError as exc:
+            cache.delete(_booking_key(request.user, data.get("nonce", "")))  # may try again
             form.add_service_error(exc.field, exc.message)
         else:
             messages.success(

@@ -265,3 +265,38 @@ def test_pages_need_a_login(client, booked):
     assert client.get(reverse("reservations")).status_code == 302
     assert client.get(reverse("reservation", args=[booked.pk])).status_code == 302
     assert client.post(reverse("reservation_cancel", args=[booked.pk])).status_code == 302
+
+
+def test_the_same_form_sent_twice_books_and_charges_once(client, alice, a100, image, node):
+    client.force_login(alice)
+    nonce = client.get(reverse("reservations")).text.split('name="nonce" value="', 1)[1][:22]
+    data = {**form_data(a100, image, whole_hour(50)), "nonce": nonce, "book": "1"}
+    assert client.post(reverse("reservations"), data).status_code == 302
+    again = client.post(reverse("reservations"), data, follow=True)
+    assert "sent twice" in again.text
+    assert Reservation.objects.count() == 1
+    assert LedgerEntry.objects.filter(kind=LedgerEntry.Kind.RESERVATION).count() == 1
+
+
+def test_a_refused_booking_can_be_sent_again_once_fixed(client, alice, a100, image, make_host):
+    make_host("node1", a100, count=1)
+    client.force_login(alice)
+    data = {**form_data(a100, image, whole_hour(50)), "nonce": "n-1", "book": "1"}
+    page = client.post(reverse("reservations"), data).text  # 2 GPUs: no capacity
+    assert "no 2× A100 free" in page
+    assert client.post(reverse("reservations"), {**data, "gpu_count": 1}).status_code == 302
+    assert Reservation.objects.count() == 1
+
+
+def test_absurd_dates_are_refused_not_crashed(client, alice, carol, a100, image, node):
+    client.force_login(alice)
+    far = dt.datetime(9999, 12, 31, 23, 0, tzinfo=dt.UTC)
+    for extra in ({"book": "1"}, {"quote": "1"}):
+        page = client.post(reverse("reservations"), {**form_data(a100, image, far), **extra})
+        assert page.status_code == 200 and "within 14 days" in field_html(page.text, "start")
+    assert client.get(reverse("billing_invoices") + "?month=9999-12").status_code == 200
+    assert client.get(reverse("billing_usage_csv") + "?month=9999-12").status_code == 400
+    client.force_login(carol)  # staff: the revenue page
+    for month in ("0000-01", "9999-12"):
+        assert client.get(reverse("revenue") + f"?month={month}").status_code == 200
+        assert client.get(reverse("revenue_csv") + f"?month={month}").status_code == 400
