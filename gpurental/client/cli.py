@@ -436,7 +436,7 @@ def _when(value: Any) -> str | None:
             return value
     if not isinstance(value, datetime):
         return None
-    return value.astimezone().strftime("%Y-%m-%d %H:%M")
+    return value.astimezone().strftime("%Y-%m-%d %H:%M %Z")
 
 
 def _time_arg(value: str) -> datetime:
@@ -447,7 +447,10 @@ def _time_arg(value: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not an ISO 8601 time, e.g. 2026-12-03T10:00Z or 2026-12-03T10:00"
         ) from None
-    return moment if moment.tzinfo is not None else moment.astimezone()
+    try:
+        return moment if moment.tzinfo is not None else moment.astimezone()
+    except (OverflowError, ValueError):
+        raise argparse.ArgumentTypeError(f"{value!r} is out of range") from None
 
 
 def _hours_arg(value: str) -> Decimal:
@@ -457,6 +460,10 @@ def _hours_arg(value: str) -> Decimal:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of hours") from None
     if not hours.is_finite() or hours <= 0:
         raise argparse.ArgumentTypeError("must be more than 0")
+    if hours > 24 * 366:
+        raise argparse.ArgumentTypeError("at most a year of hours")
+    if (hours * 60) % 1:
+        raise argparse.ArgumentTypeError("must be whole minutes (e.g. 1.5 or 0.25)")
     return hours
 
 
@@ -515,7 +522,7 @@ def _confirm(question: str, refusal: str) -> bool:
 def cmd_reserve(args: argparse.Namespace) -> int:
     if args.end is not None and args.end <= args.start:
         raise _UsageError("--end must be after --start")
-    end = args.end or args.start + timedelta(hours=float(args.hours))
+    end = args.end or args.start + timedelta(minutes=int(args.hours * 60))
     choice = {"gpu_model": args.model, "gpu_count": args.count}
     with _client() as client:
         quote = client.quote(start=args.start, end=end, **choice)

@@ -373,3 +373,18 @@ def test_sdk_raises_no_capacity_for_a_full_fleet(client, api):
             start="2026-12-10T10:00Z",
             end="2026-12-10T14:00Z",
         )
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--hours", "0.3333"], "whole minutes"),
+        (["--hours", "1e9"], "at most a year"),
+        (["--hours", "nan"], "more than 0"),
+    ],
+)
+def test_reserve_refuses_odd_lengths_as_usage_errors(logged_in, capsys, argv, words):
+    code, _, err = run(
+        capsys, "reserve", "A100", "1", "--start", "2026-12-03T10:00Z", *argv, "--image", "x"
+    )
+    assert code == cli.USAGE and words in err
