@@ -397,3 +397,19 @@ def test_many_simultaneous_bookings_never_book_more_gpus_than_exist(one, image, 
     assert held.count() == 4 and len({a.gpu_id for a in held}) == 4
     assert Reservation.objects.count() == 4  # the refused left nothing behind
     assert LedgerEntry.objects.filter(kind="reservation").count() == 4
+
+
+def test_a_refund_after_the_month_leaves_that_months_invoice_alone(
+    settings, alice, plan, image, node
+):
+    settings.TIME_ZONE = "UTC"
+    credit_add(user=alice, amount=Decimal("100.00"))
+    start = datetime(2026, 7, 5, 10, 0, tzinfo=UTC)
+    booked_at = datetime(2026, 6, 25, tzinfo=UTC)
+    reservation = book(alice, plan, image, start, start + timedelta(hours=5), now=booked_at)
+    rs.reservation_cancel(
+        reservation=reservation, actor=alice, now=datetime(2026, 7, 2, tzinfo=UTC)
+    )
+    june = invoice_generate(user=alice, year=2026, month=6, now=datetime(2026, 7, 3, tzinfo=UTC))
+    assert june.total == Decimal("16.00")  # what June was charged; the refund is July's
+    assert balance_of(user=alice) == Decimal("100.00")

@@ -20,7 +20,8 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from gpurental.accounts.models import User
@@ -198,11 +199,24 @@ def _lines(rows: Iterable[dict], instances: dict) -> list[InvoiceLine]:
 
 
 def _reservation_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
-    """Per user, a line for each reservation booked in [start, end): its price less refunds
-    so far (a reservation refunded in full has no line)."""
-    reservations = Reservation.objects.filter(
-        created_at__gte=start, created_at__lt=end, price__gt=F("refunded")
-    ).select_related("plan", "gpu_model")
+    """Per user, a line for each reservation booked in [start, end): its price less what was
+    refunded within the month (a later refund goes to the balance, and never changes a past
+    month's invoice). A reservation refunded in full has no line."""
+    refunded = Coalesce(
+        Sum(
+            "ledger_entries__amount",
+            filter=Q(
+                ledger_entries__kind=LedgerEntry.Kind.REFUND, ledger_entries__created_at__lt=end
+            ),
+        ),
+        Decimal(0),
+    )
+    reservations = (
+        Reservation.objects.filter(created_at__gte=start, created_at__lt=end)
+        .annotate(refunded_in_month=refunded)
+        .filter(price__gt=F("refunded_in_month"))
+        .select_related("plan", "gpu_model")
+    )
     if user_ids is not None:
         reservations = reservations.filter(user_id__in=user_ids)
     zone = operator_zone()
@@ -218,7 +232,7 @@ def _reservation_lines(start: datetime, end: datetime, user_ids=None) -> dict[in
                     f"{lo:%Y-%m-%d %H:%M}–{hi:%Y-%m-%d %H:%M} {zone.key}"
                 )[:255],
                 gpu_hours=Decimal(str(r.gpu_hours)).quantize(HOURS),
-                amount=quantize_money(r.price - r.refunded),
+                amount=quantize_money(r.price - r.refunded_in_month),
             )
         )
     return lines
