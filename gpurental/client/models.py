@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from gpurental.client.errors import GpuRentalError, InvalidState, LaunchFailed, Timeout
 
@@ -46,6 +46,30 @@ def _gpu_model_name(value: Any) -> str | None:
     return value
 
 
+class _Bound:
+    """An API object that remembers the Client it came from (``.client``) and refreshes
+    its fields from a new API answer (``_update``)."""
+
+    _client: Client | None
+    raw: dict[str, Any]
+
+    @classmethod
+    def _fields_from(cls, data: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _update(self, data: dict[str, Any]) -> Self:
+        for name, value in self._fields_from(data).items():
+            setattr(self, name, value)
+        self.raw = data
+        return self
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise GpuRentalError(f"this {type(self).__name__} is not bound to a Client")
+        return self._client
+
+
 @dataclass
 class InstanceEvent:
     """One transition of an instance, as the API's detail view lists it."""
@@ -70,7 +94,7 @@ class InstanceEvent:
 
 
 @dataclass
-class Instance:
+class Instance(_Bound):
     """A rented GPU container. ``raw`` keeps the API's dict, fields the SDK knows aside.
 
     Methods call the server through the client that fetched the instance and update
@@ -121,18 +145,6 @@ class Instance:
             "jupyter_url": data.get("jupyter_url") or None,
             "events": [InstanceEvent.from_api(e) for e in data.get("events") or []],
         }
-
-    def _update(self, data: dict[str, Any]) -> Instance:
-        for name, value in self._fields_from(data).items():
-            setattr(self, name, value)
-        self.raw = data
-        return self
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            raise GpuRentalError("this Instance is not bound to a Client")
-        return self._client
 
     @property
     def latest_step(self) -> str:
@@ -226,7 +238,7 @@ def _decimal(value: Any) -> Decimal | None:
 
 
 @dataclass
-class Reservation:
+class Reservation(_Bound):
     """GPUs booked for [start, end), paid at booking. ``raw`` keeps the API's dict.
 
     ``refund_if_cancelled_now`` is what ``cancel()`` would pay back now (``None`` once
@@ -279,18 +291,6 @@ class Reservation:
             "created_at": _parse_time(data.get("created_at")),
             "cancelled_at": _parse_time(data.get("cancelled_at")),
         }
-
-    def _update(self, data: dict[str, Any]) -> Reservation:
-        for name, value in self._fields_from(data).items():
-            setattr(self, name, value)
-        self.raw = data
-        return self
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            raise GpuRentalError("this Reservation is not bound to a Client")
-        return self._client
 
     def refresh(self) -> Reservation:
         return self._update(self.client._reservation_data(self.id))

@@ -313,10 +313,8 @@ def reservation_activate(*, reservation: Reservation, now: datetime) -> Instance
         host = Host.objects.filter(pk__in=allocations.values("gpu__host_id")).first()
         if host is None or not _host_usable(host, now):
             where = host.name if host else "its host"
-            _close(
+            _cancel_in_full(
                 reservation,
-                R.CANCELLED,
-                refund=reservation.price - reservation.refunded,
                 reason=f"{where} was not available at the start; refunded in full",
                 now=now,
             )
@@ -383,12 +381,8 @@ def reservation_complete(*, reservation: Reservation, now: datetime) -> bool:
         if now < reservation.end:
             return False
         if reservation.status == R.BOOKED:
-            _close(
-                reservation,
-                R.CANCELLED,
-                refund=reservation.price - reservation.refunded,
-                reason="its instance was never launched; refunded in full",
-                now=now,
+            _cancel_in_full(
+                reservation, reason="its instance was never launched; refunded in full", now=now
             )
             return True
         for instance in reservation.instances.filter(status__in=lifecycle.STOPPABLE):
@@ -415,10 +409,8 @@ def reservation_fail(*, reservation: Reservation, instance: Instance, now: datet
             reservation.end,
         )
         if not instance.events.filter(to_status=InstanceStatus.RUNNING).exists():
-            _close(
+            _cancel_in_full(
                 reservation,
-                R.CANCELLED,
-                refund=reservation.price - reservation.refunded,
                 reason=f"its instance could not start ({instance.status_reason}); refunded in full",
                 now=now,
             )
@@ -468,6 +460,17 @@ def _close(
         actor=actor,
         refunded=reservation.refunded + max(refund, Decimal(0)),
         cancelled_at=now if to == R.CANCELLED else reservation.cancelled_at,
+    )
+
+
+def _cancel_in_full(reservation: Reservation, *, reason: str, now: datetime) -> None:
+    """The customer could not have the GPUs (not their doing): all of it back."""
+    _close(
+        reservation,
+        R.CANCELLED,
+        refund=reservation.price - reservation.refunded,
+        reason=reason,
+        now=now,
     )
 
 
