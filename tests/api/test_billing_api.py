@@ -3,6 +3,7 @@
 import csv
 import io
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -164,3 +165,14 @@ def test_me_warns_of_a_low_balance(as_alice):
     data = as_alice.get("/api/v1/me/").json()
     assert data["low_balance"] is True and data["hours_left"] is None
     assert data["hourly_burn"] == "0.0000"
+
+
+def test_an_issued_invoice_cannot_be_changed_through_the_api(as_alice, issued):
+    mine, _ = issued
+    url = f"{INVOICES}{mine.pk}/"
+    for method in ("put", "patch", "delete"):
+        response = getattr(as_alice, method)(url, {"total": "0.00", "status": "void"})
+        assert response.status_code == 405, method
+    assert as_alice.post(INVOICES, {"total": "0.00"}).status_code == 405
+    mine.refresh_from_db()
+    assert mine.total == Decimal("4.40") and mine.status == InvoiceStatus.ISSUED
