@@ -321,9 +321,9 @@ class Viewer:
 
 
 async def publish_host(
-    layer, sampler, phase: float, start: float, until: float, sent: list
+    layer, redis, sampler, phase: float, start: float, until: float, sent: list
 ) -> None:
-    from gpurental.agent.sampler import host_group
+    from gpurental.agent.sampler import host_group, store_sample
 
     tick = 0
     while True:
@@ -337,11 +337,13 @@ async def publish_host(
         sampler.tick()
         await layer.group_send(host_group(sampler.host_name), messages[0])
         sent.append(messages[0]["ts"])
+        await store_sample(redis, sampler.host_name, messages[0])  # as the agent does
 
 
 async def run(
     fleet: dict, port: int, duration: float, warmup: float, pids: dict, layer_kind: str
 ) -> dict:
+    import redis.asyncio as aioredis
     from channels_redis.core import RedisChannelLayer
     from channels_redis.pubsub import RedisPubSubChannelLayer
 
@@ -391,8 +393,11 @@ async def run(
     for viewer in viewers:
         viewer.window = window
     sent: dict[str, list[float]] = {s.host_name: [] for s in samplers}
+    redis = aioredis.Redis.from_url(
+        fleet["layer_host"]["address"], max_connections=len(samplers) + 16
+    )
     tasks = [
-        publish_host(layer, s, i / len(samplers), start, window[1], sent[s.host_name])
+        publish_host(layer, redis, s, i / len(samplers), start, window[1], sent[s.host_name])
         for i, s in enumerate(samplers)
     ]
     readers = [v.run(until) for v in viewers]

@@ -142,6 +142,19 @@ class MinuteAggregator:
 # --- publishing -----------------------------------------------------------------
 
 
+async def store_sample(redis, host_name: str, message: dict) -> None:
+    """In one round trip: the host's latest sample (/metrics, the fleet page) and its
+    recent ones (a live chart opened later starts full)."""
+    text = json.dumps(message)
+    recent = recent_key(host_name)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(latest_key(host_name), text, ex=LATEST_TTL_S)
+        pipe.rpush(recent, text)
+        pipe.ltrim(recent, -RECENT_SAMPLES, -1)
+        pipe.expire(recent, RECENT_SAMPLES)
+        await pipe.execute()
+
+
 class ChannelPublisher:
     """Sends a host's message to its channel-layer group and the latest-sample key.
 
@@ -167,15 +180,7 @@ class ChannelPublisher:
 
     async def _send(self, message: dict) -> None:
         await self.layer.group_send(host_group(self.host_name), message)
-        text = json.dumps(message)
-        recent = recent_key(self.host_name)
-        # One round trip: the latest sample, and the recent ones for charts opened later.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(latest_key(self.host_name), text, ex=LATEST_TTL_S)
-            pipe.rpush(recent, text)
-            pipe.ltrim(recent, -RECENT_SAMPLES, -1)
-            pipe.expire(recent, RECENT_SAMPLES)
-            await pipe.execute()
+        await store_sample(self.redis, self.host_name, message)
 
     def publish(self, message: dict) -> None:
         self.loop.run_until_complete(asyncio.wait_for(self._send(message), self.timeout_s))

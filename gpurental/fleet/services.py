@@ -34,6 +34,7 @@ def host_join_command(*, host: Host, token: str) -> str:
     # The agent derives the channel layer (live telemetry) from a Redis broker; when that
     # is not the web's channel layer (a RabbitMQ broker, another Redis), it is told.
     layer = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
+    layer = layer["address"] if isinstance(layer, dict) else layer
     derived = telemetry_url_from_broker(broker)
     telemetry = "" if derived == layer else f"GPURENTAL_TELEMETRY_URL='{layer}' "
     return (
