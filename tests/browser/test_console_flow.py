@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -156,4 +156,54 @@ def test_staff_fleet_dashboard(browser, web_server, catalog, carol, settings):
     page.wait_for_selector("#hosts")
     assert "e2e-" in page.inner_text("#hosts")
     shot(page, "07-fleet")
+    context.close()
+
+
+def test_book_and_cancel_a_reservation(browser, web_server, catalog, alice, settings):
+    """Availability → quote → book and pay → the list → cancel with the refund shown."""
+    from gpurental.billing.selectors import balance_of
+    from gpurental.billing.services import credit_add
+    from gpurental.rentals.models import Reservation
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    alice.set_password("correct horse battery staple")
+    alice.save()
+    credit_add(user=alice, amount=Decimal("50.00"))
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{web_server}/login/")
+    page.fill("input[name=username]", alice.email)
+    page.fill("input[name=password]", "correct horse battery staple")
+    page.click("button:has-text('Log in')")
+    page.wait_for_url("**/dashboard/")
+
+    page.click("nav >> text=Reservations")
+    page.wait_for_url("**/reservations/")
+    assert "count as taken until they stop" in page.content()
+    page.select_option("select[name=gpu_count]", "1")
+    page.fill("input[name=hours]", "3")
+    page.click("button[name=quote]")
+    page.wait_for_selector("#quote-price")
+    price = page.inner_text("#quote-price").split(" USD")[0].strip()
+    shot(page, "08-reservation-quote")
+
+    page.click("button[name=book]")
+    page.wait_for_selector("#my-reservations tbody tr")
+    assert "Booked" in page.content()
+    reservation = Reservation.objects.get(user=alice)
+    assert str(reservation.price) == price and reservation.status == "booked"
+    assert balance_of(user=alice) == Decimal("50.00") - reservation.price
+    shot(page, "09-reservation-booked")
+
+    # Starting in 2 hours (the form's default): the late-cancellation share comes back.
+    shown = page.inner_text(f"#reservation-{reservation.pk}").split("refund ")[1].split(" USD")[0]
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click(f"#reservation-{reservation.pk} button:has-text('Cancel')")
+    page.wait_for_selector(f"#reservation-{reservation.pk} .status.cancelled")
+    reservation.refresh_from_db()
+    assert reservation.status == "cancelled" and str(reservation.refunded) == shown
+    assert reservation.refunded == (reservation.price / 2).quantize(Decimal("0.01"), ROUND_HALF_UP)
+    assert balance_of(user=alice) == Decimal("50.00") - reservation.price + reservation.refunded
+    shot(page, "10-reservation-cancelled")
     context.close()
