@@ -156,16 +156,32 @@ def ensure(var_dir: Path) -> dict[str, str]:
         return {"DATABASE_URL": start_postgres(var_dir), "REDIS_URL": start_redis(var_dir)}
 
 
-def stop(var_dir: Path) -> None:
+def stop(var_dir: Path, *, keep: frozenset[str] = frozenset()) -> None:
+    """Stop both servers, except those named in ``keep`` ("postgres", "redis")."""
     var_dir = Path(var_dir).resolve()
     with _locked(var_dir):
-        stop_redis(var_dir)
-        stop_postgres(var_dir)
+        if "redis" not in keep:
+            stop_redis(var_dir)
+        if "postgres" not in keep:
+            stop_postgres(var_dir)
+
+
+def running(var_dir: Path) -> frozenset[str]:
+    """Which of the two servers already run under ``var_dir``."""
+    var_dir = Path(var_dir).resolve()
+    found = set()
+    if (var_dir / "postgres" / "postmaster.pid").exists():
+        found.add("postgres")
+    if _redis_answers(f"unix://{_redis_socket(var_dir)}"):
+        found.add("redis")
+    return frozenset(found)
 
 
 def _run(var_dir: Path, command: list[str]) -> int:
     env = dict(os.environ)
     started = []
+    # Servers another ``run`` (say, ``make demo``) started are theirs to stop, not ours.
+    before = running(var_dir)
     if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
         urls = ensure(var_dir)
         for key, value in urls.items():
@@ -181,8 +197,8 @@ def _run(var_dir: Path, command: list[str]) -> int:
     try:
         code = child.wait()
     finally:
-        if started:
-            stop(var_dir)
+        if started and before != {"postgres", "redis"}:
+            stop(var_dir, keep=before)
             print("[embedded] PostgreSQL and Redis stopped", flush=True)
     return code
 
