@@ -48,7 +48,7 @@ import time
 import traceback
 import webbrowser
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NoReturn
@@ -501,14 +501,25 @@ def _reservation_line(r: Reservation) -> str:
 
 def _quote_text(quote: dict[str, Any]) -> str:
     cur = quote.get("currency") or ""
+    late = quote.get("late_refund_percent")
+    until = quote.get("full_refund_until")
+    try:
+        full_refund_gone = datetime.fromisoformat(until) <= datetime.now(UTC)
+    except (TypeError, ValueError):
+        full_refund_gone = False
+    if full_refund_gone:
+        policy = f"It starts soon: cancelling before the start refunds {late} %."
+    else:
+        policy = (
+            f"Cancel before {_when(until)} for a full refund; later, before the start, "
+            f"{late} % is refunded."
+        )
     return (
         f"{quote.get('gpu_count')}x {quote.get('gpu_model')} ({quote.get('plan')}) "
         f"from {_when(quote.get('start'))} to {_when(quote.get('end'))}: "
         f"{quote.get('hours')} h, {quote.get('gpu_hours')} GPU-hours at the reserved rate "
         f"{quote.get('hourly_rate')} {cur}/h ({_percent(quote.get('discount'))} off).\n"
-        f"Price: {_money(quote.get('price'), cur)}, paid now. Cancel before "
-        f"{_when(quote.get('full_refund_until'))} for a full refund; later, before the "
-        f"start, {quote.get('late_refund_percent')} % is refunded."
+        f"Price: {_money(quote.get('price'), cur)}, paid now. {policy}"
     )
 
 
