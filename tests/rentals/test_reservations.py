@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 
 from gpurental.billing.exceptions import InsufficientBalance
-from gpurental.billing.models import Charge, InvoiceLine, LedgerEntry
+from gpurental.billing.models import Charge, Invoice, InvoiceLine, LedgerEntry
 from gpurental.billing.selectors import balance_of
 from gpurental.billing.services import credit_add
-from gpurental.billing.services.invoicing import invoice_generate
+from gpurental.billing.services.invoicing import invoice_generate, invoice_issue
 from gpurental.billing.services.metering import meter_run
 from gpurental.fleet.models import Host
 from gpurental.rentals import selectors
@@ -399,7 +399,7 @@ def test_many_simultaneous_bookings_never_book_more_gpus_than_exist(one, image, 
     assert LedgerEntry.objects.filter(kind="reservation").count() == 4
 
 
-def test_a_refund_after_the_month_leaves_that_months_invoice_alone(
+def test_a_refund_after_the_invoice_is_issued_comes_as_a_credit_note(
     settings, alice, plan, image, node
 ):
     settings.TIME_ZONE = "UTC"
@@ -407,9 +407,31 @@ def test_a_refund_after_the_month_leaves_that_months_invoice_alone(
     start = datetime(2026, 7, 5, 10, 0, tzinfo=UTC)
     booked_at = datetime(2026, 6, 25, tzinfo=UTC)
     reservation = book(alice, plan, image, start, start + timedelta(hours=5), now=booked_at)
+    june = invoice_generate(user=alice, year=2026, month=6, now=datetime(2026, 7, 1, tzinfo=UTC))
+    june = invoice_issue(invoice=june, now=datetime(2026, 7, 1, 1, tzinfo=UTC))
+    assert june.total == Decimal("16.00")
+
+    rs.reservation_cancel(
+        reservation=reservation, actor=alice, now=datetime(2026, 7, 2, tzinfo=UTC)
+    )
+    june.refresh_from_db()
+    assert june.total == Decimal("16.00")  # issued: unchanged
+    (note,) = Invoice.objects.filter(kind=Invoice.Kind.CREDIT_NOTE, corrects=june)
+    assert note.status == "issued" and note.number.startswith("CN-") and note.total == 16
+    assert note.lines.get().reservation_id == reservation.pk
+    assert balance_of(user=alice) == Decimal("100.00")  # refunded once, not twice
+
+
+def test_a_draft_counts_every_refund_made_before_it_is_issued(settings, alice, plan, image, node):
+    settings.TIME_ZONE = "UTC"
+    credit_add(user=alice, amount=Decimal("100.00"))
+    start = datetime(2026, 7, 5, 10, 0, tzinfo=UTC)
+    reservation = book(
+        alice, plan, image, start, start + timedelta(hours=5), now=datetime(2026, 6, 25, tzinfo=UTC)
+    )
     rs.reservation_cancel(
         reservation=reservation, actor=alice, now=datetime(2026, 7, 2, tzinfo=UTC)
     )
     june = invoice_generate(user=alice, year=2026, month=6, now=datetime(2026, 7, 3, tzinfo=UTC))
-    assert june.total == Decimal("16.00")  # what June was charged; the refund is July's
-    assert balance_of(user=alice) == Decimal("100.00")
+    assert june.total == Decimal("0.00") and not june.lines.exists()
+    assert not Invoice.objects.filter(kind=Invoice.Kind.CREDIT_NOTE).exists()

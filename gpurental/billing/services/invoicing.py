@@ -20,8 +20,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import F, QuerySet, Sum
 from django.utils import timezone
 
 from gpurental.accounts.models import User
@@ -200,23 +199,11 @@ def _lines(rows: Iterable[dict], instances: dict) -> list[InvoiceLine]:
 
 def _reservation_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
     """Per user, a line for each reservation booked in [start, end): its price less what was
-    refunded within the month (a later refund goes to the balance, and never changes a past
-    month's invoice). A reservation refunded in full has no line."""
-    refunded = Coalesce(
-        Sum(
-            "ledger_entries__amount",
-            filter=Q(
-                ledger_entries__kind=LedgerEntry.Kind.REFUND, ledger_entries__created_at__lt=end
-            ),
-        ),
-        Decimal(0),
-    )
-    reservations = (
-        Reservation.objects.filter(created_at__gte=start, created_at__lt=end)
-        .annotate(refunded_in_month=refunded)
-        .filter(price__gt=F("refunded_in_month"))
-        .select_related("plan", "gpu_model")
-    )
+    refunded so far (a reservation refunded in full has no line). A refund after the
+    invoice is issued comes as a credit note (``reservations._refund``)."""
+    reservations = Reservation.objects.filter(
+        created_at__gte=start, created_at__lt=end, price__gt=F("refunded")
+    ).select_related("plan", "gpu_model")
     if user_ids is not None:
         reservations = reservations.filter(user_id__in=user_ids)
     zone = operator_zone()
@@ -232,7 +219,7 @@ def _reservation_lines(start: datetime, end: datetime, user_ids=None) -> dict[in
                     f"{lo:%Y-%m-%d %H:%M}–{hi:%Y-%m-%d %H:%M} {zone.key}"
                 )[:255],
                 gpu_hours=Decimal(str(r.gpu_hours)).quantize(HOURS),
-                amount=quantize_money(r.price - r.refunded_in_month),
+                amount=quantize_money(r.price - r.refunded),
             )
         )
     return lines
@@ -343,10 +330,12 @@ def invoice_credit_note(
     reason: str,
     actor: User | None = None,
     now: datetime | None = None,
+    refund: bool = True,
 ) -> Invoice:
     """Credit amounts against lines of an issued (or paid) invoice: an issued credit note
-    (its own series, CN-…) whose total goes back to the customer's balance. A line
-    cannot be credited more than it charged, over all its credit notes."""
+    (its own series, CN-…) whose total goes back to the customer's balance (``refund``;
+    False when the caller has refunded already). A line cannot be credited more than it
+    charged, over all its credit notes."""
     now = now or timezone.now()
     if not reason.strip():
         raise BillingError("reason: say why the invoice is corrected", field="reason")
@@ -367,11 +356,11 @@ def invoice_credit_note(
         for line in InvoiceLine.objects.filter(
             invoice__corrects=original, invoice__kind=Invoice.Kind.CREDIT_NOTE
         ).exclude(invoice__status=InvoiceStatus.VOID):
-            credited[line.instance_id, line.rate_kind] += line.amount
+            credited[line.instance_id, line.reservation_id, line.rate_kind] += line.amount
         notes = []
         for line, amount in credits:
             amount = Decimal(amount)
-            key = (line.instance_id, line.rate_kind)
+            key = (line.instance_id, line.reservation_id, line.rate_kind)
             if line.invoice_id != original.pk:
                 raise BillingError(f"line {line.pk} is not on {original}", field="credits")
             if amount <= 0 or amount != quantize_money(amount):
@@ -388,6 +377,7 @@ def invoice_credit_note(
             notes.append(
                 InvoiceLine(
                     instance_id=line.instance_id,
+                    reservation_id=line.reservation_id,
                     rate_kind=line.rate_kind,
                     description=f"Credit: {line.description}. {reason.strip()}"[:255],
                     gpu_hours=hours.quantize(HOURS),
@@ -405,14 +395,17 @@ def invoice_credit_note(
         )
         _write_lines(note, notes)
         note = invoice_issue(invoice=note, actor=actor, now=now)
-        LedgerEntry.objects.create(
-            user_id=original.user_id,
-            kind=LedgerEntry.Kind.REFUND,
-            amount=note.total,
-            description=f"credit note {note.number} for {original.number}: {reason.strip()}"[:255],
-            created_by=actor if actor is not None and actor.pk else None,
-            created_at=now,
-        )
+        if refund:
+            LedgerEntry.objects.create(
+                user_id=original.user_id,
+                kind=LedgerEntry.Kind.REFUND,
+                amount=note.total,
+                description=f"credit note {note.number} for {original.number}: {reason.strip()}"[
+                    :255
+                ],
+                created_by=actor if actor is not None and actor.pk else None,
+                created_at=now,
+            )
         audit_record(
             action="invoice.credit_note",
             actor=actor,

@@ -28,8 +28,9 @@ from django.utils import timezone
 from gpurental.accounts.models import User
 from gpurental.billing import pricing
 from gpurental.billing.exceptions import InsufficientBalance
-from gpurental.billing.models import LedgerEntry
+from gpurental.billing.models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry
 from gpurental.billing.selectors import balance_of, operator_zone
+from gpurental.billing.services.invoicing import invoice_credit_note
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.rentals import hostcalls, selectors
@@ -120,6 +121,9 @@ def _lock(reservation: Reservation | str, *, skip_locked: bool = False) -> Reser
 
 
 def _refund(reservation: Reservation, amount: Decimal, *, now: datetime, why: str) -> None:
+    """Pay ``amount`` back to the balance. If the invoice that charged the reservation is
+    issued already, the refund also comes as a credit note against its line, so every
+    refund is on a document."""
     if amount <= 0:
         return
     LedgerEntry.objects.create(
@@ -130,6 +134,23 @@ def _refund(reservation: Reservation, amount: Decimal, *, now: datetime, why: st
         created_at=now,
         description=f"Refund: {reservation}, {why}"[:255],
     )
+    line = (
+        InvoiceLine.objects.filter(
+            reservation=reservation,
+            invoice__kind=Invoice.Kind.INVOICE,
+            invoice__status__in=(InvoiceStatus.ISSUED, InvoiceStatus.PAID),
+        )
+        .select_related("invoice")
+        .first()
+    )
+    if line is not None:
+        invoice_credit_note(
+            invoice=line.invoice,
+            credits=[(line, amount)],
+            reason=f"reservation refund: {why}",
+            now=now,
+            refund=False,  # paid back above
+        )
 
 
 # --- customer actions ---------------------------------------------------------
