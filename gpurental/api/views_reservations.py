@@ -17,7 +17,7 @@ from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
-from gpurental.api import serializers as s
+from gpurental.api import serializers_reservations as s
 from gpurental.api.idempotency import idempotent
 from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
 from gpurental.billing.pricing import RESERVED
