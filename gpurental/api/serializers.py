@@ -6,6 +6,7 @@ from decimal import ROUND_HALF_UP
 
 from django.conf import settings
 from django.db.models import Q
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -18,6 +19,7 @@ from gpurental.rentals.models import (
     InstanceStatus,
 )
 from gpurental.rentals.selectors import HELD, free_gpus
+from gpurental.telemetry.selectors import instance_usage
 
 MODEL_REPOS = ["huggingface"]
 
@@ -174,7 +176,14 @@ class InstanceSerializer(serializers.ModelSerializer):
             "running_since",
             "stopped_at",
             "jupyter_url",
+            "idle_stop_minutes",
         ]
+        extra_kwargs = {
+            "idle_stop_minutes": {
+                "read_only": True,
+                "help_text": "Stopped (never deleted) after this many idle minutes; 0 = off",
+            }
+        }
 
     def get_gpu_indices(self, obj: Instance) -> list[int]:
         # Prefetched by the view as ``held_allocations``: the open-ended allocations,
@@ -198,11 +207,36 @@ class InstanceSerializer(serializers.ModelSerializer):
         return f"http://{address}:{obj.jupyter_port}/lab?token={obj.jupyter_token}"
 
 
+class InstanceUsageSerializer(serializers.Serializer):
+    """Paid vs used: billed running time beside the GPUs' average utilisation."""
+
+    paid_hours = serializers.FloatField()
+    paid_gpu_hours = serializers.FloatField()
+    avg_util = serializers.FloatField(allow_null=True, help_text="GPU utilisation, %")
+    avg_mem_bytes = serializers.IntegerField(allow_null=True)
+    measured_minutes = serializers.IntegerField()
+    coverage = serializers.FloatField(
+        allow_null=True, help_text="Share of the billed time with measurements"
+    )
+    simulated = serializers.BooleanField(help_text="Measured on simulated GPUs")
+
+
 class InstanceDetailSerializer(InstanceSerializer):
     events = InstanceEventSerializer(many=True, read_only=True)
+    usage = serializers.SerializerMethodField()
 
     class Meta(InstanceSerializer.Meta):
-        fields = [*InstanceSerializer.Meta.fields, "events"]
+        fields = [*InstanceSerializer.Meta.fields, "usage", "events"]
+
+    @extend_schema_field(InstanceUsageSerializer)
+    def get_usage(self, obj: Instance) -> dict:
+        return InstanceUsageSerializer(instance_usage(instance=obj, now=timezone.now())).data
+
+
+class IdlePolicySerializer(serializers.Serializer):
+    idle_stop_minutes = serializers.IntegerField(
+        min_value=0, help_text="Minutes idle before a stop (never a delete); 0 turns it off"
+    )
 
 
 class InstanceListQuerySerializer(serializers.Serializer):
@@ -316,6 +350,11 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "invalid_choice": "{input!r} is not supported; the only model_repo is 'huggingface'"
         },
     )
+    idle_stop_minutes = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="Stop after this many idle minutes (0 = never); default: the plan's",
+    )
 
     def validate_image(self, value: str) -> ImageTemplate:
         return _image_named(value)
@@ -327,6 +366,7 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "image": data["image"],
             "name": data.get("name", ""),
             "mount_model_cache": data.get("model_repo") == "huggingface",
+            "idle_stop_minutes": data.get("idle_stop_minutes"),
         }
 
 

@@ -34,6 +34,7 @@ from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services.lifecycle import (
     instance_launch,
     instance_restart,
+    instance_set_idle_policy,
     instance_start,
     instance_stop,
     instance_terminate,
@@ -222,6 +223,24 @@ class InstanceViewSet(
     @idempotent
     def restart(self, request, pk=None):
         return self._detail(instance_restart(instance=self.get_object(), actor=request.user))
+
+    @extend_schema(
+        summary="Set the idle auto-stop policy (0 turns it off)",
+        request=s.IdlePolicySerializer,
+        responses={200: s.InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"], url_path="idle-policy")
+    @idempotent
+    def idle_policy(self, request, pk=None):
+        form = s.IdlePolicySerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        instance = instance_set_idle_policy(
+            instance=self.get_object(),
+            minutes=form.validated_data["idle_stop_minutes"],
+            actor=request.user,
+        )
+        return self._detail(instance)
 
     @_instance_action("Terminate: remove the instance and its /workspace for good")
     @action(detail=True, methods=["post"])

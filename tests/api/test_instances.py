@@ -291,3 +291,46 @@ def test_actions_take_no_get(as_alice, running):
 def test_instances_cannot_be_edited_or_deleted_directly(as_alice, running):
     assert_error(as_alice.delete(f"{URL}{running.pk}/"), 405, "method_not_allowed")
     assert_error(as_alice.patch(f"{URL}{running.pk}/", {"name": "x"}), 405, "method_not_allowed")
+
+
+# --- idle auto-stop policy and paid vs used -----------------------------------------
+
+
+def test_the_idle_policy_is_set_at_launch_and_changed_later(launch_via_api, as_alice, node, image):
+    response = launch_via_api({"plan": "a100-x1", "image": "jupyter-cpu", "idle_stop_minutes": 45})
+    assert response.status_code == 201 and response.json()["idle_stop_minutes"] == 45
+    url = f"{URL}{response.json()['id']}/idle-policy/"
+
+    off = as_alice.post(url, {"idle_stop_minutes": 0})
+    assert off.status_code == 200 and off.json()["idle_stop_minutes"] == 0
+    notice = off.json()["events"][-1]
+    assert notice["kind"] == "notice" and notice["step"] == "idle_policy"
+    assert "turned off by alice@example.com" in notice["reason"]
+    assert Instance.objects.get(pk=response.json()["id"]).idle_stop_minutes == 0
+
+    usage = off.json()["usage"]
+    assert usage["paid_hours"] == 0 and usage["avg_util"] is None and usage["coverage"] is None
+
+
+def test_a_bad_idle_policy_is_refused_naming_the_field(launch_via_api, as_alice, node, image):
+    instance = launch_via_api({"plan": "a100-x1", "image": "jupyter-cpu"}).json()
+    error = assert_error(
+        as_alice.post(f"{URL}{instance['id']}/idle-policy/", {"idle_stop_minutes": 3}),
+        400,
+        "invalid",
+        field="idle_stop_minutes",
+    )
+    assert "not 0 (off) or 10–10080 minutes" in error["message"]
+    assert_error(
+        launch_via_api({"plan": "a100-x1", "image": "jupyter-cpu", "idle_stop_minutes": -1}),
+        400,
+        "invalid",
+        field="idle_stop_minutes",
+    )
+
+
+def test_bob_cannot_change_alices_idle_policy(launch_via_api, as_bob, node, image):
+    instance = launch_via_api({"plan": "a100-x1", "image": "jupyter-cpu"}).json()
+    response = as_bob.post(f"{URL}{instance['id']}/idle-policy/", {"idle_stop_minutes": 0})
+    assert_error(response, 404, "not_found")
+    assert Instance.objects.get(pk=instance["id"]).idle_stop_minutes == 30

@@ -146,6 +146,7 @@ def instance_launch(
     gpu_count: int | None = None,
     name: str = "",
     mount_model_cache: bool = False,
+    idle_stop_minutes: int | None = None,
     now: datetime | None = None,
 ) -> Instance:
     """Hold GPUs for a new instance and ask the host's agent to start it.
@@ -154,6 +155,8 @@ def instance_launch(
     """
     now = now or timezone.now()
     plan = resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
+    if idle_stop_minutes is not None:
+        check_idle_minutes(idle_stop_minutes)
     prepaid.launch_allowed(user=user, plan=plan, now=now)
     if not image.is_active:
         raise RentalError(f"image {image.slug} is no longer offered", field="image")
@@ -178,7 +181,9 @@ def instance_launch(
             status_changed_at=now,
             jupyter_token=secrets.token_hex(24),
             mount_model_cache=mount_model_cache,
-            idle_stop_minutes=plan.idle_stop_minutes,
+            idle_stop_minutes=plan.idle_stop_minutes
+            if idle_stop_minutes is None
+            else idle_stop_minutes,
             created_at=now,
         )
         proposal = gpus_allocate(
@@ -309,6 +314,48 @@ def _allocate_again(instance: Instance, now: datetime) -> str:
         host=instance.host,
     )
     return ", ".join(str(g.index) for g in proposal.gpus)
+
+
+IDLE_MINUTES_RANGE = (10, 7 * 24 * 60)
+
+
+def check_idle_minutes(minutes: int) -> None:
+    low, high = IDLE_MINUTES_RANGE
+    if minutes != 0 and not low <= minutes <= high:
+        raise RentalError(
+            f"idle_stop_minutes: {minutes} is not 0 (off) or {low}–{high} minutes",
+            field="idle_stop_minutes",
+        )
+
+
+def instance_set_idle_policy(
+    *, instance: Instance, minutes: int, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """Stop the instance after ``minutes`` idle (under IDLE_UTILIZATION_PERCENT GPU
+    utilisation, no kernel activity); 0 turns the policy off. Recorded as a notice."""
+    check_idle_minutes(minutes)
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = _lock(instance)
+        if instance.status in (S.TERMINATING, S.TERMINATED):
+            raise InvalidTransition(
+                f"instance {instance} is {instance.status}: it has no idle policy any more",
+                field="status",
+            )
+        if instance.idle_stop_minutes == minutes:
+            return instance
+        instance.idle_stop_minutes = minutes
+        instance.idle_warned_at = None  # a warning under the old policy no longer holds
+        instance.save(update_fields=["idle_stop_minutes", "idle_warned_at"])
+        who = f" by {actor}" if actor is not None and actor.pk else ""
+        reason = (
+            f"idle auto-stop: after {minutes} minutes under "
+            f"{settings.IDLE_UTILIZATION_PERCENT} % GPU utilisation (set{who})"
+            if minutes
+            else f"idle auto-stop turned off{who}"
+        )
+        instance_notice(instance, reason=reason, step="idle_policy", now=now, minutes=minutes)
+    return instance
 
 
 def instance_restart(
