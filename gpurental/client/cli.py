@@ -3,11 +3,13 @@
     gpurental login [--api-key KEY] [--url URL]
     gpurental gpus
     gpurental launch (--gpu MODEL [--count N] | --plan SLUG) --image SLUG
-                     [--name NAME] [--model-repo huggingface] [--wait | --no-wait]
+                     [--name NAME] [--model-repo huggingface] [--idle-stop MINUTES]
+                     [--wait | --no-wait]
     gpurental ls [--status STATUS]
     gpurental open ID [--print]
     gpurental stop ID | start ID | restart ID
     gpurental terminate ID [--yes]
+    gpurental idle-stop ID MINUTES|off
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]
     gpurental reservations
     gpurental cancel-reservation ID [--yes]
@@ -320,6 +322,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             gpu_count=args.count or 1,
             plan=args.plan,
             name=args.name,
+            idle_stop_minutes=args.idle_stop,
         )
         if not args.wait:
             if args.json:
@@ -424,6 +427,33 @@ def cmd_terminate(args: argparse.Namespace) -> int:
         _json(instance.raw)
     else:
         _say(_instance_line(instance))
+    return OK
+
+
+def _idle_minutes(value: str) -> int:
+    if value.strip().lower() in ("off", "never", "0"):
+        return 0
+    try:
+        minutes = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of minutes or 'off'") from None
+    if minutes < 0:
+        raise argparse.ArgumentTypeError("must be 0 ('off') or more")
+    return minutes
+
+
+def cmd_idle_stop(args: argparse.Namespace) -> int:
+    with _client() as client:
+        instance = client.set_idle_policy(args.id, args.minutes)
+    if args.json:
+        _json(instance.raw)
+        return OK
+    policy = (
+        f"stops after {instance.idle_stop_minutes} idle minutes (never deleted)"
+        if instance.idle_stop_minutes
+        else "idle auto-stop is off"
+    )
+    _say(f"{_instance_line(instance)}; {policy}")
     return OK
 
 
@@ -788,6 +818,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"
     )
     p.add_argument(
+        "--idle-stop",
+        type=_idle_minutes,
+        metavar="MINUTES",
+        help="stop it after this many idle minutes ('off': never; default: the plan's)",
+    )
+    p.add_argument(
         "--wait",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -812,6 +848,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("terminate", cmd_terminate, "terminate an instance and delete its /workspace")
     p.add_argument("id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command("idle-stop", cmd_idle_stop, "set an instance's idle auto-stop (or 'off')")
+    p.add_argument("id")
+    p.add_argument("minutes", type=_idle_minutes, metavar="MINUTES|off")
 
     p = command("reserve", cmd_reserve, "book GPUs ahead at the reserved rate (shows the price)")
     p.add_argument("model", metavar="MODEL", help="GPU model short name or slug (A100)")

@@ -123,13 +123,15 @@ class Client:
         gpu_count: int = 1,
         plan: str | None = None,
         name: str | None = None,
+        idle_stop_minutes: int | None = None,
     ) -> Instance:
         """Launch an instance and return it (``pending``); ``connect()`` waits for it.
 
         ``gpu_type`` is a GPU model's short name or slug ("A10G") and ``gpu_count`` how
         many; or ``plan`` names a plan, which fixes both. ``framework`` is an image
         template's slug ("pytorch-2.1"). ``model_repo="huggingface"`` mounts the host's
-        shared Hugging Face cache.
+        shared Hugging Face cache. ``idle_stop_minutes`` stops it after that many idle
+        minutes (0: never; default: the plan's).
         """
         if plan and gpu_type:
             raise ValueError("pass either gpu_type= (with gpu_count=) or plan=, not both")
@@ -147,6 +149,8 @@ class Client:
             body["name"] = name
         if model_repo:
             body["model_repo"] = model_repo
+        if idle_stop_minutes is not None:
+            body["idle_stop_minutes"] = idle_stop_minutes
         return self._instance(self._request("POST", "instances/", json_body=body))
 
     def list_instances(self, status: str | None = None) -> list[Instance]:
@@ -155,6 +159,12 @@ class Client:
 
     def get_instance(self, instance_id: Any) -> Instance:
         return self._instance(self._get_json(f"instances/{self._quote(instance_id)}/"))
+
+    def set_idle_policy(self, instance_id: Any, minutes: int) -> Instance:
+        """Stop the instance after ``minutes`` idle (never delete it); 0 turns it off."""
+        path = f"instances/{self._quote(instance_id)}/idle-policy/"
+        body = {"idle_stop_minutes": minutes}
+        return self._instance(self._request("POST", path, json_body=body))
 
     def stop(self, instance_id: Any) -> Instance:
         return self._instance(self._action(instance_id, "stop"))

@@ -116,6 +116,8 @@ class Instance(_Bound):
     stopped_at: datetime | None
     jupyter_url: str | None
     events: list[InstanceEvent]
+    idle_stop_minutes: int | None  # stopped after this many idle minutes; 0 = never
+    usage: dict[str, Any] | None  # paid vs used: paid_hours, avg_util (%), coverage …
     raw: dict[str, Any] = field(repr=False)
     _client: Client | None = field(default=None, repr=False, compare=False)
 
@@ -144,7 +146,13 @@ class Instance(_Bound):
             "stopped_at": _parse_time(data.get("stopped_at")),
             "jupyter_url": data.get("jupyter_url") or None,
             "events": [InstanceEvent.from_api(e) for e in data.get("events") or []],
+            "idle_stop_minutes": data.get("idle_stop_minutes"),
+            "usage": data.get("usage"),
         }
+
+    def set_idle_policy(self, minutes: int) -> Instance:
+        """Stop after ``minutes`` idle (never delete); 0 turns the auto-stop off."""
+        return self._update(self.client.set_idle_policy(self.id, minutes).raw)
 
     @property
     def latest_step(self) -> str:

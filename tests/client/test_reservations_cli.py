@@ -388,3 +388,24 @@ def test_reserve_refuses_odd_lengths_as_usage_errors(logged_in, capsys, argv, wo
         capsys, "reserve", "A100", "1", "--start", "2026-12-03T10:00Z", *argv, "--image", "x"
     )
     assert code == cli.USAGE and words in err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_idle_auto_stop_from_the_sdk_and_the_cli(logged_in_live, sent, capsys):
+    url, key = logged_in_live
+    with Client(api_key=key, base_url=url) as client:
+        instance = client.create_instance(
+            gpu_type="A100", framework="jupyter-cpu", idle_stop_minutes=90
+        )
+        assert instance.idle_stop_minutes == 90 and instance.usage["paid_hours"] == 0
+        instance.set_idle_policy(0)
+        assert instance.idle_stop_minutes == 0
+
+    code, out, _ = run(capsys, "idle-stop", str(instance.id), "45")
+    assert code == 0 and "stops after 45 idle minutes" in out
+    code, out, _ = run(capsys, "idle-stop", str(instance.id), "off")
+    assert code == 0 and "idle auto-stop is off" in out
+    code, _, err = run(capsys, "idle-stop", str(instance.id), "5")
+    assert code == cli.USAGE and "not 0 (off) or 10–10080 minutes" in err
+    code, _, err = run(capsys, "idle-stop", str(instance.id), "soon")
+    assert code == cli.USAGE and "not a number of minutes" in err
