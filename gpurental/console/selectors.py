@@ -77,6 +77,8 @@ def instance_context(*, instance: Instance, viewer) -> dict:
             "stop": instance.status
             in (InstanceStatus.PENDING, InstanceStatus.PROVISIONING, InstanceStatus.RUNNING),
             "start": instance.status == InstanceStatus.STOPPED,
+            "idle_policy": instance.status
+            not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "restart": instance.status == InstanceStatus.RUNNING,
             "terminate": instance.status
             not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),

@@ -36,6 +36,11 @@ urlpatterns = [
     path("instances/<uuid:instance_id>/", views.instance_detail, name="instance"),
     path("instances/<uuid:instance_id>/open/", views.instance_open, name="instance_open"),
     path(
+        "instances/<uuid:instance_id>/idle-policy/",
+        views.instance_idle_policy,
+        name="instance_idle_policy",
+    ),
+    path(
         "instances/<uuid:instance_id>/<str:action>/", views.instance_action, name="instance_action"
     ),
     path("keys/", views.api_keys, name="api_keys"),

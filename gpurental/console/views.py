@@ -132,6 +132,29 @@ def instance_action(request, instance_id, action):
 
 
 @login_required
+@require_POST
+def instance_idle_policy(request, instance_id):
+    """Stop after N idle minutes (0 = off): the same service as the API's."""
+    instance = _own_or_404(request, instance_id)
+    text = request.POST.get("idle_stop_minutes", "").strip()
+    try:
+        minutes = int(text)
+        lifecycle.instance_set_idle_policy(instance=instance, minutes=minutes, actor=request.user)
+    except ValueError:
+        messages.error(request, f"idle_stop_minutes: {text!r} is not a whole number of minutes")
+    except RentalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"Idle auto-stop: after {minutes} idle minutes."
+            if minutes
+            else "Idle auto-stop is off.",
+        )
+    return redirect("instance", instance_id=instance.pk)
+
+
+@login_required
 def instance_open(request, instance_id):
     """One click to JupyterLab: only the owner, only while it runs."""
     instance = _own_or_404(request, instance_id)

@@ -54,3 +54,29 @@ def test_a_reserved_instance_says_it_was_paid_at_booking(
     client.force_login(alice)
     page = client.get(reverse("instance", args=[instance.pk])).text
     assert "paid at booking" in page and str(reservation.pk)[:8] in page
+
+
+def test_the_idle_policy_is_set_from_the_instance_page(
+    client, alice, bob, a100, image, make_host, sent
+):
+    make_host("node1", a100, count=2)
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    url = reverse("instance_idle_policy", args=[instance.pk])
+    client.force_login(alice)
+    assert 'name="idle_stop_minutes"' in client.get(reverse("instance", args=[instance.pk])).text
+
+    page = client.post(url, {"idle_stop_minutes": "0"}, follow=True).text
+    assert "Idle auto-stop is off." in page
+    instance.refresh_from_db()
+    assert instance.idle_stop_minutes == 0
+    assert instance.events.filter(kind="notice", step="idle_policy").exists()
+
+    page = client.post(url, {"idle_stop_minutes": "3"}, follow=True).text
+    assert "not 0 (off) or 10–10080 minutes" in page
+    page = client.post(url, {"idle_stop_minutes": "lots"}, follow=True).text
+    assert "not a whole number of minutes" in page
+    instance.refresh_from_db()
+    assert instance.idle_stop_minutes == 0
+
+    client.force_login(bob)
+    assert client.post(url, {"idle_stop_minutes": "60"}).status_code == 404
