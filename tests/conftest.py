@@ -1,3 +1,5 @@
+import uuid
+
 import pytest
 from django.utils import timezone
 
@@ -78,3 +80,11 @@ def balance_enforced(settings):
 def fast_password_hashing(settings):
     # Real hashing costs ~0.35 s per user; tests create hundreds. Production keeps PBKDF2.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def own_cache_keys(settings):
+    """Each test writes its own cache keys: the Redis cache outlives the test database, so a
+    key from an earlier test or run (a booking nonce, a throttle count) must not be seen."""
+    cache = {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex[:12]}"}
+    settings.CACHES = {**settings.CACHES, "default": cache}
