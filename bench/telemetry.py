@@ -41,10 +41,20 @@ Daphne 0.28 cores, Redis 0.05.
 
 100 hosts × 200 viewers is comfortable; one Daphne process tops out near 1000
 deliveries/s with the core layer (its per-message BZPOPMIN round trip), ~1400/s with
-the pubsub layer. Fleet viewers each take every host's message (hosts × viewers
-messages/s into Daphne): 10 fleet viewers on 100 hosts is fine, 50 on 300 is not
-(* pubsub kept instance viewers whole but fleet updates fell to 0.12 per host-second,
-12 s old: its per-channel queues are unbounded). Before settings.py raised the
+the pubsub layer. The fleet rows above are from when each fleet viewer joined every
+host's group (hosts × viewers messages/s into Daphne; * pubsub kept instance viewers
+whole but fleet updates fell to 0.12 per host-second, 12 s old). Since then one fleet
+feed per web process reads all hosts' latest samples once a second and sends the same
+frame to every fleet viewer (gpurental.telemetry.feed); same VM, 2026-12-03:
+
+    layer   hosts  viewers (+fleet)  delivered/s  p50     p99      dropped   Daphne CPU
+    core    100    200 (+10 fleet)   1191         3.3 ms  29 ms    0        0.22
+    core    300    200 (+50 fleet)   14290        34 ms   436 ms   0        0.28
+
+(fleet viewers: 0.99 and 0.94 updates per host-second, sample age at arrival p50
+525 / 693 ms, p99 1.0 / 1.2 s: a frame a second, so up to a second old by design. At
+300 × 50 the bench process itself, parsing 14,000 host entries a second, used 0.61
+cores of the two, which is where the instance viewers' p99 comes from.) Before settings.py raised the
 channel layer's socket timeout, ~1 viewer in 200 was closed (1011) every run by
 redis-py 8's 5 s read timeout racing channels-redis's 5 s BZPOPMIN.
 """

@@ -29,16 +29,13 @@ one Daphne process): 100 hosts × 1000 instance viewers at 1 Hz, 0 dropped, p50
 7 ms, p99 ~100 ms; one process tops out near 1000 deliveries/s (core layer), so
 more viewers need more Daphne processes, not a different fan-out.
 
-The fleet stream is the expensive one: each staff viewer receives every host's
-message (hosts × viewers per second), then sends one batch a second. Fine for a
-few staff on ~100 hosts (10 viewers: 0.99 updates per host-second); past that, a
-per-process aggregator feeding all fleet viewers is the next step.
+The fleet stream does not join host groups: one feed per web process reads every
+host's latest sample once a second and sends the same frame to each fleet viewer
+(``gpurental.telemetry.feed``), so its cost does not grow with hosts × viewers.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 
 from channels.db import database_sync_to_async
@@ -48,7 +45,8 @@ from gpurental.agent.sampler import host_group
 from gpurental.fleet.models import Host
 from gpurental.rentals.events import instance_group
 from gpurental.rentals.selectors import instance_visible_to
-from gpurental.telemetry.selectors import fleet_hosts, recent_samples, telemetry_scope
+from gpurental.telemetry.feed import FleetFeed, fleet_feed
+from gpurental.telemetry.selectors import recent_samples, telemetry_scope
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -218,70 +216,19 @@ class HostConsumer(AsyncJsonWebsocketConsumer):
 
 
 class FleetConsumer(AsyncJsonWebsocketConsumer):
-    """Every host's utilisation, batched: at most one message per ``flush_interval`` (staff only).
+    """Every host's utilisation, at most one message a second (staff only), from this
+    process's shared fleet feed (``gpurental.telemetry.feed``)."""
 
-    Joins every host's group; the host list is re-read every ``refresh_interval``
-    (which also renews the group memberships before channels-redis expires them).
-    """
-
-    flush_interval = 1.0
-    refresh_interval = 30.0
-    groups_joined: tuple[str, ...] = ()
-    task: asyncio.Task | None = None
+    feed: FleetFeed | None = None
 
     async def connect(self):
         if not await _staff_only(self):
             return
-        self.pending: dict[str, dict] = {}
-        await self._join()
+        self.feed = fleet_feed()
+        hosts = await self.feed.join(self)
         await self.accept()
-        await self.send_json(
-            {"type": "snapshot", "hosts": [g.split(".", 2)[2] for g in self.groups_joined]}
-        )
-        self.task = asyncio.create_task(self._flush_loop())
-
-    async def _join(self) -> None:
-        names = await database_sync_to_async(fleet_hosts)()
-        groups = tuple(host_group(n) for n in names)
-        for group in groups:
-            await self.channel_layer.group_add(group, self.channel_name)
-        for group in set(self.groups_joined) - set(groups):
-            await self.channel_layer.group_discard(group, self.channel_name)
-        self.groups_joined = groups
-
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_refresh = loop.time() + self.refresh_interval
-        while True:
-            await asyncio.sleep(self.flush_interval)
-            if self.pending:
-                batch, self.pending = self.pending, {}
-                await self.send_json({"type": "fleet", "hosts": batch})
-            if loop.time() >= next_refresh:
-                next_refresh = loop.time() + self.refresh_interval
-                await self._join()
+        await self.send_json({"type": "snapshot", "hosts": hosts})
 
     async def disconnect(self, code):
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
-
-    async def telemetry_sample(self, message):
-        # Only what the heatmap needs; the newest message of each host wins.
-        self.pending[message.get("host", "?")] = {
-            "ts": message.get("ts"),
-            "simulated": bool(message.get("simulated")),
-            "gpus": [
-                {
-                    "index": g.get("index"),
-                    "util": g.get("util"),
-                    "mem_used": g.get("mem_used"),
-                    "mem_total": g.get("mem_total"),
-                    "stale": bool(g.get("stale")),
-                }
-                for g in message.get("gpus", [])
-            ],
-        }
+        if self.feed is not None:
+            await self.feed.leave(self)

@@ -116,11 +116,14 @@ def telemetry_scope(*, instance_id) -> dict:
 # --- latest samples (Redis) -----------------------------------------------------
 
 
-def _redis() -> redis.Redis:
+def layer_redis_url() -> str:
     """The channel layer's Redis, where each host's sampler keeps its latest message."""
     host = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
-    url = host["address"] if isinstance(host, dict) else host
-    return redis.Redis.from_url(url, socket_timeout=2)
+    return host["address"] if isinstance(host, dict) else host
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(layer_redis_url(), socket_timeout=2)
 
 
 def recent_samples(*, host: str, instance_id: str, gpu_indices: set[int]) -> list[dict]:
@@ -158,6 +161,11 @@ def latest_samples(*, hosts: list[str]) -> dict[str, dict]:
     except redis.RedisError:
         log.warning("cannot read the latest samples from Redis", exc_info=True)
         return {}
+    return parse_latest(hosts, values)
+
+
+def parse_latest(hosts: list[str], values: list) -> dict[str, dict]:
+    """Host name → its latest message, from an MGET of their latest keys (in that order)."""
     found = {}
     for name, raw in zip(hosts, values, strict=True):
         if raw:

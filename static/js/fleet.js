@@ -1,5 +1,5 @@
 // Staff fleet page: a host × GPU heatmap of utilisation, updated live over /ws/fleet/
-// (one batched message a second with the newest sample of every host).
+// (one frame a second with the newest sample of every host that sent one).
 (function () {
   const table = document.getElementById("heatmap");
   const status = document.getElementById("heatmap-live");
@@ -46,7 +46,10 @@
     socket.onopen = function () { status.textContent = "live"; retry = 1000; };
     socket.onmessage = function (message) {
       const data = JSON.parse(message.data);
-      if (data.type === "fleet") update(data.hosts);
+      if (data.type === "fleet") {
+        update(data.hosts);
+        status.textContent = "live, updated " + new Date().toLocaleTimeString();
+      }
     };
     socket.onclose = function (event) {
       if (event.code === 4401 || event.code === 4403) { status.textContent = "not allowed"; return; }

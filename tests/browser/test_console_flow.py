@@ -155,6 +155,13 @@ def test_staff_fleet_dashboard(browser, web_server, catalog, carol, settings):
     page.goto(f"{web_server}/staff/fleet/")
     page.wait_for_selector("#hosts")
     assert "e2e-" in page.inner_text("#hosts")
+    # The heatmap is live: frames from the fleet feed arrive and paint the cells.
+    page.wait_for_function(
+        "document.getElementById('heatmap-live').textContent.includes('updated')", timeout=15000
+    )
+    cells = page.locator("#heatmap td.cell")
+    assert cells.count() > 0
+    assert all(text.strip().isdigit() for text in cells.all_inner_texts())
     shot(page, "07-fleet")
     context.close()
 

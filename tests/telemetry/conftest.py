@@ -44,10 +44,15 @@ def run_instance(image, a100, node1, sent):
 @pytest.fixture
 def publisher():
     """The agent's ChannelPublisher for host node1, on the test Redis."""
+    import redis
     from django.conf import settings
 
-    from gpurental.agent.sampler import ChannelPublisher
+    from gpurental.agent.sampler import ChannelPublisher, latest_key, recent_key
 
+    # Samples outlive the test database: start without another test's (or run's).
+    redis.Redis.from_url(os.environ["REDIS_URL"]).delete(
+        *(key(name) for name in ("node1", "node2") for key in (latest_key, recent_key))
+    )
     layer = settings.CHANNEL_LAYER_BACKEND  # the agent must speak the web's layer
     pub = ChannelPublisher(os.environ["REDIS_URL"], "node1", timeout_s=2, layer=layer)
     yield pub

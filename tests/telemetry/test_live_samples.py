@@ -15,8 +15,8 @@ from gpurental.telemetry.consumers import (
     CLOSE_FORBIDDEN,
     CLOSE_NOT_FOUND,
     CLOSE_UNAUTHENTICATED,
-    FleetConsumer,
 )
+from gpurental.telemetry.feed import FleetFeed, fleet_feed
 from gpurental.telemetry.routing import websocket_urlpatterns
 from tests.telemetry.conftest import host_message
 
@@ -41,6 +41,14 @@ async def _telemetry(communicator, timeout=3):
         message = await communicator.receive_json_from(timeout=timeout)
         if message["type"] in ("telemetry", "fleet"):
             return message
+
+
+async def _fleet_frame_with(communicator, host):
+    """The next fleet frame that carries ``host``."""
+    while True:
+        frame = await _telemetry(communicator)
+        if host in frame["hosts"]:
+            return frame
 
 
 def _refused(user, path):
@@ -192,7 +200,7 @@ def test_staff_fleet_stream_batches_the_newest_sample_of_every_host(
     carol, a100, make_host, node1, publisher, monkeypatch
 ):
     make_host("node2", a100, count=2)
-    monkeypatch.setattr(FleetConsumer, "flush_interval", 0.2)
+    monkeypatch.setattr(FleetFeed, "interval", 0.2)
     from gpurental.agent.sampler import ChannelPublisher
 
     async def session():
@@ -223,6 +231,33 @@ def test_staff_fleet_stream_batches_the_newest_sample_of_every_host(
         "mem_total": 85_899_345_920,
         "stale": False,
     }
+
+
+def test_fleet_viewers_of_one_process_share_one_reader_and_one_frame(
+    carol, node1, publisher, monkeypatch
+):
+    monkeypatch.setattr(FleetFeed, "interval", 0.2)
+
+    async def session():
+        first, second = _communicator(carol, "/ws/fleet/"), _communicator(carol, "/ws/fleet/")
+        assert (await first.connect())[0] and (await second.connect())[0]
+        await _drain_snapshot(first)
+        await _drain_snapshot(second)
+        feed = fleet_feed()
+        shared = (len(feed.viewers), feed.task is not None)
+        await sync_to_async(publisher.publish, thread_sensitive=False)(
+            host_message((0, None, 42.0), ts=3.0)
+        )
+        frames = [await _fleet_frame_with(first, "node1"), await _fleet_frame_with(second, "node1")]
+        await first.disconnect()
+        still_running = feed.task is not None
+        await second.disconnect()
+        return shared, frames, still_running, feed.task
+
+    shared, frames, still_running, task_after = async_to_sync(session)()
+    assert shared == (2, True)
+    assert frames[0] == frames[1] and frames[0]["hosts"]["node1"]["gpus"][0]["util"] == 42.0
+    assert still_running and task_after is None  # the reader stops with the last viewer
 
 
 def test_the_idle_warning_is_published_live_for_the_page_banner(alice, run_instance):
