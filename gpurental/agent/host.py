@@ -89,6 +89,7 @@ class HostAgent:
         progress = self._progress(instance_id)
         try:
             container_spec = self._fit_cpus(self._spec(spec), progress)
+            self._free_gpus_for(container_spec, progress)
             progress(f"pulling image {container_spec.image} if needed")
             self.runtime.ensure_image(container_spec.image, progress)
             started = self.runtime.start(container_spec, progress)
@@ -122,6 +123,22 @@ class HostAgent:
             host=started.host,
             container_id=started.container_id,
         )
+
+    def _free_gpus_for(self, spec: ContainerSpec, progress) -> None:
+        """The control plane hands a GPU on only when the previous instance's time on it is
+        over (a stop, a reservation's end), but that stop may still wait behind this start
+        in the queue. Stop such a container first: two instances never share a GPU here."""
+        wanted = set(spec.gpu_indices)
+        for holding in self.holdings.snapshot():
+            shared = sorted(wanted & set(holding.gpu_indices))
+            if holding.instance_id == spec.instance_id or not shared:
+                continue
+            gpus = ", ".join(str(i) for i in shared)
+            progress(f"waiting for the previous container on GPU {gpus} to stop")
+            log.info(
+                "stopping %s before %s: GPUs %s", holding.instance_id, spec.instance_id, shared
+            )
+            self.stop(holding.instance_id)
 
     def restart(self, spec: dict) -> None:
         self._quietly(self.runtime.stop, spec["instance_id"])
