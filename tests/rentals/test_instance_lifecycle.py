@@ -1,10 +1,13 @@
 """The state machine, driven by customer actions and the host agent's reports."""
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
+from gpurental.fleet.models import Host
 from gpurental.rentals.exceptions import InvalidTransition, NoCapacity
-from gpurental.rentals.models import Allocation, InstanceEvent, InstanceStatus
+from gpurental.rentals.models import Allocation, Instance, InstanceEvent, InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 
 S = InstanceStatus
@@ -164,6 +167,21 @@ def test_terminate_removes_container_and_workspace(running, run, alice, sent):
     run(lc.instance_report_removed, instance_id=str(running.pk))
     running.refresh_from_db()
     assert running.status == S.TERMINATED and running.terminated_at is not None
+    assert _open_allocations(running) == 0
+
+
+@pytest.mark.parametrize("status", [S.PENDING, S.RUNNING, S.STOPPING])
+def test_terminate_on_a_silent_host_ends_it_at_once_even_before_it_is_marked_lost(
+    running, run, alice, sent, status
+):
+    """The host stopped heart-beating, and reconciliation has not marked it lost yet."""
+    Instance.objects.filter(pk=running.pk).update(status=status)
+    Host.objects.filter(pk=running.host_id).update(
+        last_heartbeat_at=timezone.now() - timedelta(hours=1)
+    )
+    run(lc.instance_terminate, instance=running, actor=alice)
+    running.refresh_from_db()
+    assert running.status == S.TERMINATED and "host unreachable" in running.status_reason
     assert _open_allocations(running) == 0
 
 

@@ -29,11 +29,30 @@ from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus, Re
 from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
 
 S = InstanceStatus
+# → TERMINATED straight from a live state: terminated while its host is silent, before
+# reconciliation marked it lost (the container is removed when the host returns).
 ALLOWED: dict[str, set[str]] = {
-    S.PENDING: {S.PROVISIONING, S.RUNNING, S.FAILED, S.STOPPED, S.STOPPING, S.TERMINATING, S.LOST},
-    S.PROVISIONING: {S.RUNNING, S.FAILED, S.STOPPED, S.STOPPING, S.TERMINATING, S.LOST},
-    S.RUNNING: {S.PROVISIONING, S.STOPPING, S.TERMINATING, S.FAILED, S.LOST},
-    S.STOPPING: {S.STOPPED, S.TERMINATING, S.LOST},
+    S.PENDING: {
+        S.PROVISIONING,
+        S.RUNNING,
+        S.FAILED,
+        S.STOPPED,
+        S.STOPPING,
+        S.TERMINATING,
+        S.TERMINATED,
+        S.LOST,
+    },
+    S.PROVISIONING: {
+        S.RUNNING,
+        S.FAILED,
+        S.STOPPED,
+        S.STOPPING,
+        S.TERMINATING,
+        S.TERMINATED,
+        S.LOST,
+    },
+    S.RUNNING: {S.PROVISIONING, S.STOPPING, S.TERMINATING, S.TERMINATED, S.FAILED, S.LOST},
+    S.STOPPING: {S.STOPPED, S.TERMINATING, S.TERMINATED, S.LOST},
     S.STOPPED: {S.PENDING, S.TERMINATING, S.TERMINATED},
     S.TERMINATING: {S.TERMINATED},
     S.LOST: {S.TERMINATING, S.TERMINATED},
