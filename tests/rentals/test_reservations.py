@@ -255,6 +255,92 @@ def test_the_clock_launches_warns_and_stops_and_the_meter_charges_nothing(
     assert [e.to_status for e in reservation.events.all()] == ["booked", "active", "completed"]
 
 
+def _active(alice, plan, image, node, *, ran_at=START):
+    """An active reservation whose instance runs (from ``ran_at``)."""
+    credit_add(user=alice, amount=Decimal("100.00"))
+    reservation = book(alice, plan, image)
+    beat(node, START)
+    rs.reservations_tick(now=START)
+    instance = reservation.instances.get()
+    lc.instance_report_running(
+        instance_id=str(instance.pk), port=4000, container_id="c", now=ran_at
+    )
+    return reservation, instance
+
+
+def test_a_terminated_reserved_instance_can_be_launched_again_on_the_same_gpus(
+    alice, plan, image, node, sent, django_capture_on_commit_callbacks
+):
+    reservation, first = _active(alice, plan, image, node)
+    at = START + timedelta(hours=1)
+    beat(node, at)
+    with pytest.raises(InvalidTransition, match="is running: it holds the reserved GPUs"):
+        rs.reservation_relaunch(reservation=reservation, actor=alice, now=at)
+
+    lc.instance_terminate(instance=first, actor=alice, now=at)
+    lc.instance_report_removed(instance_id=str(first.pk), now=at)
+    assert Allocation.objects.filter(reservation=reservation).count() == 2  # still held
+    with django_capture_on_commit_callbacks(execute=True):
+        second = rs.reservation_relaunch(reservation=reservation, actor=alice, now=at)
+
+    assert second.pk != first.pk and second.status == InstanceStatus.PENDING
+    assert [g.index for g in selectors.instance_gpus(second)] == [0, 1]
+    starts = [m for m in sent if m["task"] == "instance_start"]
+    assert starts[-1]["spec"]["instance_id"] == str(second.pk)
+    assert "launched again by alice" in reservation.events.last().reason
+    assert balance_of(user=alice) == Decimal("84.00")  # paid once, at booking
+    with pytest.raises(InvalidTransition, match="is pending"):
+        rs.reservation_relaunch(reservation=reservation, actor=alice, now=at)
+
+    # The end stops the new one; the reservation then cannot launch again.
+    lc.instance_report_running(instance_id=str(second.pk), port=4001, container_id="d", now=at)
+    beat(node, END)
+    assert rs.reservations_tick(now=END)["completed"] == 1
+    second.refresh_from_db()
+    assert second.status == InstanceStatus.STOPPING
+    with pytest.raises(InvalidTransition, match="only an active reservation"):
+        rs.reservation_relaunch(reservation=reservation, actor=alice, now=END)
+
+
+def test_a_stopped_reserved_instance_is_started_not_launched_again(alice, plan, image, node, sent):
+    reservation, instance = _active(alice, plan, image, node)
+    at = START + timedelta(hours=1)
+    lc.instance_stop(instance=instance, actor=alice, now=at)
+    lc.instance_report_stopped(instance_id=str(instance.pk), now=at)
+    with pytest.raises(InvalidTransition, match="is stopped: start it instead"):
+        rs.reservation_relaunch(reservation=reservation, actor=alice, now=at)
+
+
+def test_a_relaunch_on_a_host_that_is_down_is_refused_and_can_be_tried_later(
+    alice, plan, image, node, sent
+):
+    reservation, instance = _active(alice, plan, image, node)
+    at = START + timedelta(hours=1)
+    beat(node, at - timedelta(minutes=10))
+    lc.instance_terminate(instance=instance, actor=alice, now=at - timedelta(minutes=10))
+    lc.instance_report_removed(instance_id=str(instance.pk), now=at - timedelta(minutes=10))
+    # silent for ten minutes
+    with pytest.raises(RentalError, match="host node1 is not available now"):
+        rs.reservation_relaunch(reservation=reservation, actor=alice, now=at)
+    beat(node, at)
+    assert rs.reservation_relaunch(reservation=reservation, actor=alice, now=at).pk
+
+
+def test_a_relaunch_that_fails_refunds_only_what_is_left(alice, plan, image, node, sent):
+    """The first instance ran for an hour, so a failed relaunch is no full refund."""
+    reservation, instance = _active(alice, plan, image, node)
+    at = START + timedelta(hours=1)
+    beat(node, at)
+    lc.instance_terminate(instance=instance, actor=alice, now=at)
+    lc.instance_report_removed(instance_id=str(instance.pk), now=at)
+    second = rs.reservation_relaunch(reservation=reservation, actor=alice, now=at)
+    lc.instance_report_failed(instance_id=str(second.pk), reason="image missing", now=at)
+    assert rs.reservations_tick(now=at + timedelta(seconds=30))["failed"] == 1
+    reservation.refresh_from_db()
+    assert reservation.status == ReservationStatus.COMPLETED
+    assert reservation.refunded == Decimal("12.80")  # 4 of the 5 paid hours at 3.20
+
+
 def test_a_reservation_whose_instance_cannot_start_is_refunded_in_full(
     alice, plan, image, node, sent
 ):

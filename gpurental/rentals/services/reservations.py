@@ -340,36 +340,85 @@ def reservation_activate(*, reservation: Reservation, now: datetime) -> Instance
                 now=now,
             )
             return None
-        host_id = host.pk
-        instance = Instance.objects.create(
-            user_id=reservation.user_id,
-            name=f"reservation {str(reservation.pk)[:8]}",
-            plan=reservation.plan,
-            gpu_model=reservation.gpu_model,
-            gpu_count=reservation.gpu_count,
-            image=reservation.image,
-            host_id=host_id,
-            reservation=reservation,
-            status=InstanceStatus.PENDING,
-            status_changed_at=now,
-            jupyter_token=secrets.token_hex(24),
-            idle_stop_minutes=0,  # paid for already: stopping it early saves nothing
-            created_at=now,
-        )
-        allocations.update(instance=instance)
-        gpus = ", ".join(str(i) for i in sorted(allocations.values_list("gpu__index", flat=True)))
-        InstanceEvent.objects.create(
-            instance=instance,
-            kind=InstanceEvent.Kind.TRANSITION,
-            to_status=InstanceStatus.PENDING,
-            reason=f"launched for reservation {str(reservation.pk)[:8]} on GPUs {gpus}; "
-            f"runs until {reservation.end:%Y-%m-%d %H:%M} UTC",
-            created_at=now,
-        )
-        _event(reservation, R.ACTIVE, reason=f"instance {instance.pk} launched", now=now)
-        instance = Instance.objects.select_related("host", "image", "plan").get(pk=instance.pk)
-        hostcalls.start(instance)
+        instance = _launch(reservation, host=host, now=now, why="launched")
     return instance
+
+
+def _launch(reservation: Reservation, *, host: Host, now: datetime, why: str) -> Instance:
+    """A new instance on the reservation's GPUs (the reservation locked by the caller)."""
+    allocations = Allocation.objects.filter(reservation=reservation)
+    instance = Instance.objects.create(
+        user_id=reservation.user_id,
+        name=f"reservation {str(reservation.pk)[:8]}",
+        plan=reservation.plan,
+        gpu_model=reservation.gpu_model,
+        gpu_count=reservation.gpu_count,
+        image=reservation.image,
+        host_id=host.pk,
+        reservation=reservation,
+        status=InstanceStatus.PENDING,
+        status_changed_at=now,
+        jupyter_token=secrets.token_hex(24),
+        idle_stop_minutes=0,  # paid for already: stopping it early saves nothing
+        created_at=now,
+    )
+    allocations.update(instance=instance)
+    gpus = ", ".join(str(i) for i in sorted(allocations.values_list("gpu__index", flat=True)))
+    InstanceEvent.objects.create(
+        instance=instance,
+        kind=InstanceEvent.Kind.TRANSITION,
+        to_status=InstanceStatus.PENDING,
+        reason=f"{why} for reservation {str(reservation.pk)[:8]} on GPUs {gpus}; "
+        f"runs until {reservation.end:%Y-%m-%d %H:%M} UTC",
+        created_at=now,
+    )
+    _event(reservation, R.ACTIVE, reason=f"instance {instance.pk} {why}", now=now)
+    instance = Instance.objects.select_related("host", "image", "plan").get(pk=instance.pk)
+    hostcalls.start(instance)
+    return instance
+
+
+def reservation_relaunch(
+    *, reservation: Reservation, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """A new instance (with a new, empty /workspace) on the reservation's GPUs, for a
+    customer who terminated theirs before the end: the period is paid for either way."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        reservation = _lock(reservation)
+        if reservation.status != R.ACTIVE or now >= reservation.end:
+            raise InvalidTransition(
+                f"reservation {reservation.pk} is {reservation.status} (until "
+                f"{reservation.end:%Y-%m-%d %H:%M} UTC): only an active reservation can launch "
+                "its instance again, before its end",
+                field="status",
+            )
+        current = (
+            reservation.instances.exclude(status=InstanceStatus.TERMINATED)
+            .order_by("-created_at")
+            .first()
+        )
+        if current is not None:
+            hint = {
+                InstanceStatus.STOPPED: "start it instead",
+                InstanceStatus.FAILED: "the unused time is refunded",
+                InstanceStatus.LOST: "the unused time is refunded",
+            }.get(current.status, "it holds the reserved GPUs")
+            raise InvalidTransition(
+                f"instance {current.pk} of this reservation is {current.status}: {hint}",
+                field="status",
+            )
+        host = Host.objects.filter(
+            pk__in=Allocation.objects.filter(reservation=reservation).values("gpu__host_id")
+        ).first()
+        if host is None or not _host_usable(host, now):
+            raise RentalError(
+                f"the reserved GPUs' host {host.name if host else ''} is not available now; "
+                "try again in a few minutes",
+                field="host",
+            )
+        who = f" by {actor}" if actor is not None else ""
+        return _launch(reservation, host=host, now=now, why=f"launched again{who}")
 
 
 def reservation_warn_end(*, reservation: Reservation, now: datetime) -> bool:
@@ -429,7 +478,10 @@ def reservation_fail(*, reservation: Reservation, instance: Instance, now: datet
             max(instance.stopped_at or instance.status_changed_at, reservation.start),
             reservation.end,
         )
-        if not instance.events.filter(to_status=InstanceStatus.RUNNING).exists():
+        ran = InstanceEvent.objects.filter(
+            instance__reservation=reservation, to_status=InstanceStatus.RUNNING
+        )
+        if not ran.exists():  # (an earlier instance of the reservation may have run)
             _cancel_in_full(
                 reservation,
                 reason=f"its instance could not start ({instance.status_reason}); refunded in full",
