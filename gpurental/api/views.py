@@ -125,6 +125,21 @@ def _instance_action(summary: str):
     )
 
 
+def instances_for(user, *, with_events: bool = True):
+    """The instances ``user`` may see (staff: all), ready for the instance serializers."""
+    queryset = Instance.objects.select_related("gpu_model", "plan", "image", "host")
+    queryset = queryset.prefetch_related(
+        Prefetch(
+            "allocations",
+            queryset=Allocation.objects.filter(rental_selectors.HELD).select_related("gpu"),
+            to_attr="held_allocations",
+        )
+    )
+    if with_events:
+        queryset = queryset.prefetch_related("events")
+    return queryset if user.is_staff else queryset.filter(user=user)
+
+
 @extend_schema(tags=["instances"])
 class InstanceViewSet(
     LookupMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
@@ -137,19 +152,7 @@ class InstanceViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Instance.objects.none()
-        queryset = Instance.objects.select_related("gpu_model", "plan", "image", "host")
-        queryset = queryset.prefetch_related(
-            Prefetch(
-                "allocations",
-                queryset=Allocation.objects.filter(rental_selectors.HELD).select_related("gpu"),
-                to_attr="held_allocations",
-            )
-        )
-        if self.action != "list":
-            queryset = queryset.prefetch_related("events")
-        if not self.request.user.is_staff:
-            queryset = queryset.filter(user=self.request.user)
-        return queryset
+        return instances_for(self.request.user, with_events=self.action != "list")
 
     def get_serializer_class(self):
         if self.action == "list":

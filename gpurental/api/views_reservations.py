@@ -1,4 +1,5 @@
-"""Reservations over the API: quote, book, read, cancel; and the free GPUs per hour ahead.
+"""Reservations over the API: quote, book, read, cancel, launch again; and the free GPUs
+per hour ahead.
 
 Visibility as for instances: customers see their own reservations, staff see all, and
 anything else is a 404 worded as if it did not exist.
@@ -19,7 +20,8 @@ from rest_framework.response import Response
 
 from gpurental.api import serializers_reservations as s
 from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
+from gpurental.api.serializers import InstanceDetailSerializer
+from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, instances_for
 from gpurental.billing.pricing import RESERVED
 from gpurental.catalog.models import GPUModel
 from gpurental.rentals import selectors as rental_selectors
@@ -28,6 +30,7 @@ from gpurental.rentals.services.reservations import (
     reservation_book,
     reservation_cancel,
     reservation_quote,
+    reservation_relaunch,
 )
 
 
@@ -112,6 +115,25 @@ class ReservationViewSet(
     def cancel(self, request, pk=None):
         reservation = reservation_cancel(reservation=self.get_object(), actor=request.user)
         return self._detail(reservation)
+
+    @extend_schema(
+        summary="Launch a new instance on the reserved GPUs after its instance was terminated",
+        description="Only while the reservation is active and before its end, and only once "
+        "every earlier instance of it is terminated (a stopped one is started instead). The "
+        "new instance starts with an empty /workspace; nothing more is charged.",
+        request=None,
+        responses={201: InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def relaunch(self, request, pk=None):
+        instance = reservation_relaunch(reservation=self.get_object(), actor=request.user)
+        fresh = instances_for(request.user).get(pk=instance.pk)
+        return Response(
+            InstanceDetailSerializer(fresh, context=self.get_serializer_context()).data,
+            status=status.HTTP_201_CREATED,
+        )
 
     @extend_schema(
         summary="Price a booking without making it",

@@ -13,6 +13,7 @@
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]
     gpurental reservations
     gpurental cancel-reservation ID [--yes]
+    gpurental relaunch RESERVATION_ID
     gpurental availability [MODEL] [--hours N] [--hourly]
     gpurental usage [--month YYYY-MM] [--csv]
     gpurental invoices
@@ -633,6 +634,16 @@ def cmd_cancel_reservation(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_relaunch(args: argparse.Namespace) -> int:
+    with _client() as client:
+        instance = client.relaunch_reservation(args.id)
+    if args.json:
+        _json(instance.raw)
+    else:
+        _say(_instance_line(instance))
+    return OK
+
+
 def _per_day(hours: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
     """(local day, fewest free, most free, the largest booking that fits all day)."""
     days: dict[str, list[dict[str, Any]]] = {}
@@ -870,6 +881,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command(
+        "relaunch",
+        cmd_relaunch,
+        "a new instance on an active reservation's GPUs after its instance was terminated",
+    )
+    p.add_argument("id", metavar="RESERVATION_ID")
 
     p = command("availability", cmd_availability, "free GPUs ahead, per day or per hour")
     p.add_argument("model", metavar="MODEL", nargs="?", help="one GPU model (default: all)")

@@ -233,6 +233,12 @@ class Client:
         """Cancel before the start: the refund follows the policy (see ``refunded``)."""
         return self._reservation(self._reservation_cancel_data(reservation_id))
 
+    def relaunch_reservation(self, reservation_id: Any) -> Instance:
+        """A new instance (empty /workspace) on the reserved GPUs, for an active reservation
+        whose instance was terminated; nothing more is charged."""
+        path = f"reservations/{self._quote(reservation_id)}/relaunch/"
+        return self._instance(self._request("POST", path))
+
     def availability(
         self,
         gpu_model: str | None = None,

@@ -306,3 +306,7 @@ class Reservation(_Bound):
     def cancel(self) -> Reservation:
         """Cancel before the start; ``refunded`` then says what was paid back."""
         return self._update(self.client._reservation_cancel_data(self.id))
+
+    def relaunch(self) -> Instance:
+        """A new instance on the reserved GPUs, once its instance was terminated."""
+        return self.client.relaunch_reservation(self.id)

@@ -14,7 +14,13 @@ from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import balance_of, instance_cost, month_spend
 from gpurental.catalog.models import GPUModel, Plan
 from gpurental.fleet.models import GPU, Host
-from gpurental.rentals.models import Allocation, Instance, InstanceStatus, Reservation
+from gpurental.rentals.models import (
+    Allocation,
+    Instance,
+    InstanceStatus,
+    Reservation,
+    ReservationStatus,
+)
 from gpurental.rentals.selectors import (
     HELD,
     HOLDING,
@@ -225,9 +231,15 @@ def reservations_context(*, user, model_slug: str | None, now: dt.datetime) -> d
 
 def reservation_context(*, reservation: Reservation, now: dt.datetime) -> dict:
     reservation = _with_instances(Reservation.objects.filter(pk=reservation.pk)).get()
+    instances = list(reservation.instances.all())
     return {
         **_reservation_row(reservation, now),
-        "instances": list(reservation.instances.all()),
+        "instances": instances,
+        # Its instance was terminated before the end: a new one may use the rest of it.
+        "relaunch": reservation.status == ReservationStatus.ACTIVE
+        and now < reservation.end
+        and bool(instances)
+        and all(i.status == InstanceStatus.TERMINATED for i in instances),
         "events": reservation.events.select_related("actor").order_by("created_at", "id"),
         "allocations": Allocation.objects.filter(reservation=reservation)
         .select_related("gpu__host")

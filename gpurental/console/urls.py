@@ -53,6 +53,11 @@ urlpatterns = [
         views.reservation_cancel_view,
         name="reservation_cancel",
     ),
+    path(
+        "reservations/<uuid:reservation_id>/relaunch/",
+        views.reservation_relaunch_view,
+        name="reservation_relaunch",
+    ),
     path("staff/fleet/", views.fleet, name="fleet"),
     path("staff/fleet/tables/", views.fleet_hosts, name="fleet_tables"),
     path("staff/revenue/", views.revenue, name="revenue"),

@@ -314,6 +314,19 @@ def reservation_cancel_view(request, reservation_id):
     return redirect("reservations")
 
 
+@login_required
+@require_POST
+def reservation_relaunch_view(request, reservation_id):
+    reservation = _reservation_or_404(request, reservation_id)
+    try:
+        instance = reservations.reservation_relaunch(reservation=reservation, actor=request.user)
+    except RentalError as exc:
+        messages.error(request, exc.message)
+        return redirect("reservation", reservation_id=reservation.pk)
+    messages.success(request, f"Launching {instance} on the reserved GPUs.")
+    return redirect("instance", instance_id=instance.pk)
+
+
 # --- staff ----------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Reservations over the API: quote, book, read, cancel; availability per hour."""
+"""Reservations over the API: quote, book, read, cancel, launch again; availability per hour."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -36,6 +36,22 @@ def body(start, hours: float = 4, **fields) -> dict:
         **fields,
     }
     return {k: v for k, v in data.items() if v is not None}
+
+
+def started_reservation(user, gpu_model, image) -> Reservation:
+    """1 GPU booked an hour ago from half an hour ago, its instance launched by the clock."""
+    booked_at = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=1)
+    reservation = reservation_book(
+        user=user,
+        image=image,
+        gpu_model=gpu_model,
+        gpu_count=1,
+        start=booked_at + timedelta(minutes=30),
+        end=booked_at + timedelta(hours=5),
+        now=booked_at,
+    )
+    reservations_tick()
+    return reservation
 
 
 @pytest.fixture
@@ -185,17 +201,7 @@ def test_list_and_detail(book, as_alice):
 
 
 def test_the_instance_launched_at_the_start_is_shown(as_alice, alice, a100, image, node, sent):
-    booked_at = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=1)
-    reservation = reservation_book(
-        user=alice,
-        image=image,
-        gpu_model=a100,
-        gpu_count=1,
-        start=booked_at + timedelta(minutes=30),
-        end=booked_at + timedelta(hours=5),
-        now=booked_at,
-    )
-    reservations_tick()
+    reservation = started_reservation(alice, a100, image)
 
     data = as_alice.get(f"{URL}{reservation.pk}/").json()
     assert data["status"] == "active" and data["instance"] is not None
@@ -203,6 +209,32 @@ def test_the_instance_launched_at_the_start_is_shown(as_alice, alice, a100, imag
     assert data["gpu_indices"] == [0]
     error = assert_error(as_alice.post(f"{URL}{reservation.pk}/cancel/"), 409, "invalid_state")
     assert "only be cancelled before its start" in error["message"]
+
+
+def test_a_terminated_reserved_instance_is_launched_again_once(
+    as_alice, as_bob, alice, a100, image, node, sent
+):
+    from gpurental.rentals.services import lifecycle as lc
+
+    reservation = started_reservation(alice, a100, image)
+    (first,) = reservation.instances.all()
+    relaunch = f"{URL}{reservation.pk}/relaunch/"
+    error = assert_error(as_alice.post(relaunch), 409, "invalid_state")
+    assert f"instance {first.pk} of this reservation is pending" in error["message"]
+
+    lc.instance_terminate(instance=first, actor=alice)
+    lc.instance_report_removed(instance_id=str(first.pk))
+    assert_error(as_bob.post(relaunch), 404, "not_found")
+    key = {"HTTP_IDEMPOTENCY_KEY": "relaunch-1"}
+    response = as_alice.post(relaunch, **key)
+    assert response.status_code == 201, response.json()
+    again = as_alice.post(relaunch, **key)  # a retry: the same answer, no second instance
+    assert again.status_code == 201 and again.json()["id"] == response.json()["id"]
+    data = response.json()
+    assert data["status"] == "pending" and data["gpu_indices"] == [0]
+    assert "launched again" in data["events"][0]["reason"]
+    assert reservation.instances.count() == 2
+    assert as_alice.get(f"{URL}{reservation.pk}/").json()["instance"] == data["id"]
 
 
 # --- cancelling -------------------------------------------------------------------

@@ -31,6 +31,7 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/reservations/quote/"),
     ("get", "/api/v1/reservations/{id}/"),
     ("post", "/api/v1/reservations/{id}/cancel/"),
+    ("post", "/api/v1/reservations/{id}/relaunch/"),
     ("get", "/api/v1/availability/"),
     ("get", "/api/v1/usage/"),
     ("get", "/api/v1/usage/csv/"),

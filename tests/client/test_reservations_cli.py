@@ -20,7 +20,7 @@ from gpurental.accounts.services import api_key_create
 from gpurental.billing.selectors import balance_of
 from gpurental.billing.services.invoicing import invoice_generate, invoice_issue
 from gpurental.billing.services.metering import meter_run
-from gpurental.client import Client, NoCapacity, NotFound, ValidationError, cli
+from gpurental.client import Client, InvalidState, NoCapacity, NotFound, ValidationError, cli
 from gpurental.client.models import Reservation
 from gpurental.rentals.models import Reservation as ReservationRow
 from gpurental.rentals.services import lifecycle as lc
@@ -409,3 +409,42 @@ def test_idle_auto_stop_from_the_sdk_and_the_cli(logged_in_live, sent, capsys):
     assert code == cli.USAGE and "not 0 (off) or 10–10080 minutes" in err
     code, _, err = run(capsys, "idle-stop", str(instance.id), "soon")
     assert code == cli.USAGE and "not a number of minutes" in err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_terminated_reserved_instance_is_launched_again_from_the_sdk_and_the_cli(
+    logged_in_live, alice, bob, a100, image, sent, capsys
+):
+    from gpurental.billing.services import credit_add
+    from gpurental.rentals.services import reservations as rs
+
+    url, key = logged_in_live
+    credit_add(user=alice, amount=Decimal("100.00"))
+    now = timezone.now().replace(second=0, microsecond=0)
+    row = rs.reservation_book(
+        user=alice,
+        image=image,
+        gpu_model=a100,
+        gpu_count=2,
+        start=now,
+        end=now + timedelta(hours=2),
+        now=now,
+    )
+    rs.reservations_tick()
+    (first,) = row.instances.all()
+    with Client(api_key=key, base_url=url) as client:
+        reservation = client.get_reservation(row.pk)
+        with pytest.raises(InvalidState, match="holds the reserved GPUs"):
+            reservation.relaunch()
+        lc.instance_terminate(instance=first, actor=alice)
+        lc.instance_report_removed(instance_id=str(first.pk))
+        second = reservation.relaunch()
+    assert second.id != str(first.pk) and second.status == "pending"
+    assert second.gpu_indices == [0, 1] and sent[-1]["spec"]["instance_id"] == second.id
+
+    code, _, err = run(capsys, "relaunch", str(row.pk))
+    assert code == cli.INVALID_STATE and "is pending" in err
+    _, bobs_key = api_key_create(user=bob, name="bob")
+    with Client(api_key=bobs_key, base_url=url) as client, pytest.raises(NotFound):
+        client.relaunch_reservation(row.pk)
+    assert balance_of(user=alice) == Decimal("100.00") - row.price  # nothing more charged

@@ -300,3 +300,42 @@ def test_absurd_dates_are_refused_not_crashed(client, alice, carol, a100, image,
     for month in ("0000-01", "9999-12"):
         assert client.get(reverse("revenue") + f"?month={month}").status_code == 200
         assert client.get(reverse("revenue_csv") + f"?month={month}").status_code == 400
+
+
+def test_a_terminated_reserved_instance_can_be_launched_again_from_its_page(
+    client, alice, bob, a100, image, node, sent
+):
+    from gpurental.rentals.services import lifecycle as lc
+    from gpurental.rentals.services.reservations import reservations_tick
+
+    booked_at = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(hours=1)
+    reservation = reservation_book(
+        user=alice,
+        image=image,
+        gpu_model=a100,
+        gpu_count=2,
+        start=booked_at + dt.timedelta(minutes=30),
+        end=booked_at + dt.timedelta(hours=5),
+        now=booked_at,
+    )
+    reservations_tick()
+    (first,) = reservation.instances.all()
+    page_url = reverse("reservation", args=[reservation.pk])
+    relaunch_url = reverse("reservation_relaunch", args=[reservation.pk])
+    client.force_login(alice)
+    assert "Launch again" not in client.get(page_url).text  # its instance still holds them
+
+    lc.instance_terminate(instance=first, actor=alice)
+    lc.instance_report_removed(instance_id=str(first.pk))
+    page = client.get(page_url).text
+    assert 'id="relaunch"' in page and "GPUs stay yours until" in page
+    client.force_login(bob)
+    assert client.post(relaunch_url).status_code == 404
+
+    client.force_login(alice)
+    response = client.post(relaunch_url)
+    second = reservation.instances.exclude(pk=first.pk).get()
+    assert response.status_code == 302 and response.url == reverse("instance", args=[second.pk])
+    page = client.post(relaunch_url, follow=True).text  # sent again: refused, said why
+    assert f"instance {second.pk} of this reservation is pending" in page
+    assert reservation.instances.count() == 2
