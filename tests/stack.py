@@ -78,8 +78,19 @@ def catalog(db):
     return model, ImageTemplateFactory(image=JUPYTER_IMAGE)
 
 
+def remove_leftovers(docker_client, host_name: str) -> None:
+    """Whatever the test's instances left on the engine (a test may end with one running)."""
+    from gpurental.agent.runtimes.base import LABEL_HOST
+
+    mine = {"label": f"{LABEL_HOST}={host_name}"}
+    for container in docker_client.containers.list(all=True, filters=mine):
+        container.remove(force=True)
+    for volume in docker_client.volumes.list(filters=mine):
+        volume.remove(force=True)
+
+
 @pytest.fixture
-def agent(control_worker, catalog, tmp_path):
+def agent(control_worker, docker_client, catalog, tmp_path):
     host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
     agent = AgentProcess(
         broker_url=django_settings.CELERY_BROKER_URL,
@@ -97,6 +108,7 @@ def agent(control_worker, catalog, tmp_path):
     agent.host = host
     yield agent
     agent.stop()
+    remove_leftovers(docker_client, host.name)
 
 
 def database_url(settings_dict: dict) -> str:
