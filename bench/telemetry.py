@@ -322,7 +322,8 @@ class Viewer:
                 self._count(self.host, data["ts"], now)
             elif data["type"] == "fleet":
                 for host, sample in data["hosts"].items():
-                    self._count(host, sample["ts"], now)
+                    if sample["ts"] is not None:  # None: a host gone quiet, greyed out
+                        self._count(host, sample["ts"], now)
 
     def close(self) -> None:
         try:

@@ -47,7 +47,8 @@ def heatmap_entry(message: dict) -> dict:
 
 class FleetFeed:
     """Reads the fleet's latest samples once per ``interval`` and sends each viewer the
-    hosts whose sample is newer than the last frame (every live host, normally)."""
+    hosts whose sample is newer than the last frame (every live host, normally), and
+    once, with its GPUs marked stale, a host whose sampler went quiet."""
 
     interval = 1.0
     refresh_interval = 30.0  # how often the host list is read again
@@ -56,7 +57,8 @@ class FleetFeed:
         self.viewers: set = set()
         self.hosts: list[str] = []
         self.task: asyncio.Task | None = None
-        self.sent_ts: dict[str, float] = {}
+        self.sent_ts: dict[str, float] = {}  # host → ts of the sample last sent
+        self.sent_gpus: dict[str, list[int]] = {}  # host → GPU indices last sent
 
     async def join(self, viewer) -> list[str]:
         """Adds a viewer (anything with ``send(text_data=)``); returns the host names."""
@@ -64,7 +66,7 @@ class FleetFeed:
             self.hosts = await database_sync_to_async(fleet_hosts)()
         self.viewers.add(viewer)
         if self.task is None:
-            self.sent_ts = {}
+            self.sent_ts, self.sent_gpus = {}, {}
             self.task = asyncio.create_task(self._run())
         return self.hosts
 
@@ -106,13 +108,20 @@ class FleetFeed:
         except (RedisError, OSError):
             log.warning("cannot read the fleet's latest samples from Redis", exc_info=True)
             return {}
+        latest = parse_latest(hosts, values)
         frame = {}
-        for name, message in parse_latest(hosts, values).items():
+        for name, message in latest.items():
             ts = message.get("ts")
             if ts is not None and ts == self.sent_ts.get(name):
                 continue  # nothing new from this host since the last frame
             self.sent_ts[name] = ts
             frame[name] = heatmap_entry(message)
+            self.sent_gpus[name] = [g["index"] for g in frame[name]["gpus"]]
+        for name in set(self.sent_gpus) - set(latest):
+            # Its sampler went quiet (the latest key expires): grey its cells out once.
+            gpus = [{"index": i, "util": None, "stale": True} for i in self.sent_gpus.pop(name)]
+            self.sent_ts.pop(name, None)
+            frame[name] = {"ts": None, "simulated": False, "gpus": gpus}
         return frame
 
 

@@ -3,6 +3,8 @@ the fleet, everyone else is turned away with a clear close code."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
@@ -258,6 +260,40 @@ def test_fleet_viewers_of_one_process_share_one_reader_and_one_frame(
     assert shared == (2, True)
     assert frames[0] == frames[1] and frames[0]["hosts"]["node1"]["gpus"][0]["util"] == 42.0
     assert still_running and task_after is None  # the reader stops with the last viewer
+
+
+def test_a_host_whose_sampler_goes_quiet_is_greyed_out_once(carol, node1, publisher, monkeypatch):
+    import redis
+
+    from gpurental.agent.sampler import latest_key
+
+    monkeypatch.setattr(FleetFeed, "interval", 0.2)
+
+    async def session():
+        ws = _communicator(carol, "/ws/fleet/")
+        assert (await ws.connect())[0]
+        await _drain_snapshot(ws)
+        await sync_to_async(publisher.publish, thread_sensitive=False)(
+            host_message((0, None, 42.0), (1, None, 7.0), ts=5.0)
+        )
+        live = await _fleet_frame_with(ws, "node1")
+        redis.Redis.from_url(publisher.url).delete(latest_key("node1"))  # as if it expired
+        quiet = await _fleet_frame_with(ws, "node1")
+        await asyncio.sleep(3 * FleetFeed.interval)  # frames go by without node1...
+        await sync_to_async(publisher.publish, thread_sensitive=False)(
+            host_message((0, None, 50.0), (1, None, 8.0), ts=6.0)
+        )
+        back = await _fleet_frame_with(ws, "node1")  # ...so the next with it is live again
+        await ws.disconnect()
+        return live, quiet, back
+
+    live, quiet, back = async_to_sync(session)()
+    assert back["hosts"]["node1"]["ts"] == 6.0
+    assert [g["util"] for g in live["hosts"]["node1"]["gpus"]] == [42.0, 7.0]
+    assert quiet["hosts"]["node1"]["gpus"] == [
+        {"index": 0, "util": None, "stale": True},
+        {"index": 1, "util": None, "stale": True},
+    ]
 
 
 def test_the_idle_warning_is_published_live_for_the_page_banner(alice, run_instance):
