@@ -330,8 +330,7 @@ def reservation_activate(*, reservation: Reservation, now: datetime) -> Instance
             return None
         if not reservation.start <= now < reservation.end:
             return None
-        allocations = Allocation.objects.filter(reservation=reservation).select_related("gpu")
-        host = Host.objects.filter(pk__in=allocations.values("gpu__host_id")).first()
+        host = _reserved_host(reservation)
         if host is None or not _host_usable(host, now):
             where = host.name if host else "its host"
             _cancel_in_full(
@@ -408,9 +407,7 @@ def reservation_relaunch(
                 f"instance {current.pk} of this reservation is {current.status}: {hint}",
                 field="status",
             )
-        host = Host.objects.filter(
-            pk__in=Allocation.objects.filter(reservation=reservation).values("gpu__host_id")
-        ).first()
+        host = _reserved_host(reservation)
         if host is None or not _host_usable(host, now):
             raise RentalError(
                 f"the reserved GPUs' host {host.name if host else ''} is not available now; "
@@ -545,6 +542,12 @@ def _cancel_in_full(reservation: Reservation, *, reason: str, now: datetime) -> 
         reason=reason,
         now=now,
     )
+
+
+def _reserved_host(reservation: Reservation) -> Host | None:
+    """The host of the GPUs the reservation holds (one host per booking)."""
+    held = Allocation.objects.filter(reservation=reservation).values("gpu__host_id")
+    return Host.objects.filter(pk__in=held).first()
 
 
 def _host_usable(host: Host, now: datetime) -> bool:
