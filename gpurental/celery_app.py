@@ -32,7 +32,13 @@ app.conf.beat_schedule = {
     "reconcile-fleet": {
         "task": "gpurental.rentals.tasks.reconcile",
         "schedule": float(os.environ.get("RECONCILE_INTERVAL", "10")),
-        "options": {"queue": "control", "expires": 30},
+        # A reconcile that waited behind a busy control queue is dropped, not run late: the
+        # heartbeats queued before it are recorded first, so a late one would judge hosts
+        # silent for time the worker itself was behind.
+        "options": {
+            "queue": "control",
+            "expires": float(os.environ.get("RECONCILE_INTERVAL", "10")),
+        },
     },
     "reservations-tick": {
         "task": "gpurental.rentals.tasks.reservations_tick",

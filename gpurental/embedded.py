@@ -144,6 +144,9 @@ def stop_redis(var_dir: Path) -> None:
     if _redis_answers(url):
         with contextlib.suppress(redis.ConnectionError):
             redis.Redis.from_url(url).shutdown(nosave=False)
+    deadline = time.monotonic() + 10  # gone for good before anyone starts it again
+    while _redis_answers(url) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 # --- both -------------------------------------------------------------------

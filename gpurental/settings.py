@@ -266,6 +266,8 @@ DEFAULT_GPU_QUOTA = env_int("DEFAULT_GPU_QUOTA", 8)
 DEMO_CREDIT = Decimal(os.environ.get("DEMO_CREDIT", "100.00"))
 HOST_HEARTBEAT_INTERVAL = env_int("HOST_HEARTBEAT_INTERVAL", 5)
 HOST_OFFLINE_AFTER = env_int("HOST_OFFLINE_AFTER", 30)
+# A silent host's instances are unreachable (GPUs held) until this, then lost (GPUs released).
+HOST_LOST_AFTER = env_int("HOST_LOST_AFTER", 600)
 LAUNCH_TIMEOUT = env_int("LAUNCH_TIMEOUT", 600)  # seconds a launch may take before it is failed
 STOP_TIMEOUT = env_int("STOP_TIMEOUT", 120)
 INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 1024)

@@ -10,7 +10,7 @@ import sys
 from gpurental.agent.activity import Holdings, KernelProbe
 from gpurental.agent.config import AgentConfig, ConfigError, read_env_file
 from gpurental.agent.gpus import NvmlUnavailable, make_source
-from gpurental.agent.host import HeartbeatThread, HostAgent
+from gpurental.agent.host import HeartbeatThread, HostAgent, HostStateThread
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import docker_problem, make_runtime
 from gpurental.agent.sampler import ChannelPublisher, Sampler, SamplerThread
@@ -138,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         f"  JupyterLab ports published on {config.bind_address}",
         flush=True,
     )
+    # Liveness and the slow look at the engine and the GPUs run apart: a beat never waits.
     heartbeat = HeartbeatThread(agent, config.heartbeat_interval)
+    state = HostStateThread(agent, config.heartbeat_interval)
+    state.start()
     heartbeat.start()
     sampler.start()
     try:
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         heartbeat.stopped.set()
+        state.stopped.set()
         sampler.stopped.set()
         sampler.join(timeout=5)
         if publisher is not None and not sampler.is_alive():  # its loop belongs to that thread

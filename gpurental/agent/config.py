@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpurental import protocol
+
 
 class ConfigError(ValueError):
     pass
@@ -57,7 +59,7 @@ class AgentConfig:
 
     @property
     def queue(self) -> str:
-        return f"host.{self.host_name}"
+        return protocol.host_queue(self.host_name)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import replace
 
-from gpurental import __version__
+from gpurental import __version__, protocol
 from gpurental.agent.activity import Holding, Holdings
 from gpurental.agent.gpus import GpuSource
 from gpurental.agent.reporter import ControlReporter
@@ -55,7 +55,10 @@ class HostAgent:
         self.bind_address = bind_address
         # Which GPUs each running instance holds, for the sampler (telemetry only).
         self.holdings = holdings if holdings is not None else Holdings()
+        self._state_lock = threading.Lock()
         self._inventory: list[dict] | None = None
+        self._containers: tuple[dict[str, str], float] | None = None
+        self._containers_sent_at: float | None = None
 
     # --- instance operations ------------------------------------------------
 
@@ -88,12 +91,12 @@ class HostAgent:
         instance_id = spec["instance_id"]
         progress = self._progress(instance_id)
         try:
-            container_spec = self._fit_cpus(self._spec(spec), progress)
+            container_spec = self._fit_cpus(self._spec(protocol.spec_check(spec)), progress)
             self._free_gpus_for(container_spec, progress)
             progress(f"pulling image {container_spec.image} if needed")
             self.runtime.ensure_image(container_spec.image, progress)
             started = self.runtime.start(container_spec, progress)
-        except (ContainerRuntimeError, ValueError) as exc:
+        except (ContainerRuntimeError, ValueError) as exc:  # SpecRefused is a ValueError
             self.reporter.report(instance_id, "failed", reason=str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - report, never leave the launch hanging
@@ -169,39 +172,68 @@ class HostAgent:
         except Exception:  # noqa: BLE001 - best-effort cleanup; the next heartbeat tells the truth
             log.exception("cleanup %s%s failed", getattr(fn, "__name__", fn), args)
 
-    # --- heartbeat ----------------------------------------------------------
+    # --- heartbeat and host state ---------------------------------------------
 
-    def inventory(self, refresh: bool = False) -> list[dict]:
-        if self._inventory is None or refresh:
-            self._inventory = [gpu.as_dict() for gpu in self.source.inventory()]
-        return self._inventory
-
-    def heartbeat(self) -> None:
-        listed_at = time.monotonic()
+    def refresh_state(self) -> None:
+        """Ask the engine and the GPUs what this host runs; may be slow (a busy Docker
+        Engine, a hung driver), so it runs on its own thread and never holds up a beat."""
+        listed_at = time.time()
+        monotonic_at = time.monotonic()
         containers = self.runtime.list_instances()
         self.holdings.keep_only(
-            {i for i, state in containers.items() if state == "running"}, listed_at=listed_at
+            {i for i, state in containers.items() if state == "running"}, listed_at=monotonic_at
         )
+        inventory = self._inventory
+        if inventory is None:  # read once: handles stay open, the GPUs do not change
+            inventory = [gpu.as_dict() for gpu in self.source.inventory()]
+        with self._state_lock:
+            self._inventory = inventory
+            self._containers = (containers, listed_at)
+
+    def inventory(self) -> list[dict] | None:
+        with self._state_lock:
+            return self._inventory
+
+    def heartbeat(self) -> None:
+        """Liveness: sends what is already known, and touches neither Docker nor NVML."""
+        with self._state_lock:
+            inventory = self._inventory
+            containers, listed_at = self._containers or (None, None)
+            fresh = listed_at is not None and listed_at != self._containers_sent_at
+            self._containers_sent_at = listed_at
         self.reporter.heartbeat(
-            inventory=self.inventory(),
-            containers=containers,
+            inventory=inventory,
+            containers=containers if fresh else None,
+            containers_listed_at=listed_at if fresh else None,
             runtime=self.runtime.name,
             gpu_source=self.source.kind,
             agent_version=__version__,
         )
 
 
-class HeartbeatThread(threading.Thread):
-    def __init__(self, agent: HostAgent, interval: float):
-        super().__init__(name="heartbeat", daemon=True)
-        self.agent = agent
+class _Every(threading.Thread):
+    """Calls ``fn`` every ``interval`` seconds until stopped; a failure waits for the next turn."""
+
+    def __init__(self, name: str, fn, interval: float):
+        super().__init__(name=name, daemon=True)
+        self.fn = fn
         self.interval = interval
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.is_set():
             try:
-                self.agent.heartbeat()
-            except Exception:  # noqa: BLE001 - a missed beat is retried next tick
-                log.exception("heartbeat failed")
+                self.fn()
+            except Exception:  # noqa: BLE001 - retried next turn
+                log.exception("%s failed", self.name)
             self.stopped.wait(self.interval)
+
+
+class HeartbeatThread(_Every):
+    def __init__(self, agent: HostAgent, interval: float):
+        super().__init__("heartbeat", agent.heartbeat, interval)
+
+
+class HostStateThread(_Every):
+    def __init__(self, agent: HostAgent, interval: float):
+        super().__init__("host-state", agent.refresh_state, interval)

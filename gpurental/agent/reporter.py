@@ -7,11 +7,9 @@ import time
 
 from celery import Celery
 
-log = logging.getLogger(__name__)
+from gpurental import protocol
 
-HEARTBEAT_TASK = "gpurental.fleet.tasks.host_heartbeat"
-REPORT_TASK = "gpurental.rentals.tasks.instance_report"
-TELEMETRY_TASK = "gpurental.telemetry.tasks.telemetry_record"
+log = logging.getLogger(__name__)
 
 
 class ControlReporter:
@@ -24,25 +22,28 @@ class ControlReporter:
         self.app.send_task(
             name,
             kwargs={"host": self.host_name, "token": self.token, **kwargs},
-            queue="control",
+            queue=protocol.CONTROL_QUEUE,
             expires=expires,
         )
 
     def heartbeat(
         self,
         *,
-        inventory: list[dict],
-        containers: dict[str, str],
+        inventory: list[dict] | None,
+        containers: dict[str, str] | None,
+        containers_listed_at: float | None,
         runtime: str,
         gpu_source: str,
         agent_version: str,
     ) -> None:
-        # A heartbeat is only worth anything while fresh.
+        """Liveness. ``inventory`` and ``containers`` are the newest the agent has (None
+        while it has none): a slow engine or GPU driver makes them late, never the beat."""
         self._send(
-            HEARTBEAT_TASK,
-            expires=30,
+            protocol.HEARTBEAT,
+            expires=protocol.HEARTBEAT_EXPIRES_S,
             inventory=inventory,
             containers=containers,
+            containers_listed_at=containers_listed_at,
             runtime=runtime,
             gpu_source=gpu_source,
             agent_version=agent_version,
@@ -51,11 +52,21 @@ class ControlReporter:
 
     def report(self, instance_id: str, kind: str, **data) -> None:
         log.info("instance %s: %s %s", instance_id, kind, data)
-        self._send(REPORT_TASK, instance_id=instance_id, kind=kind, data=data, sent_at=time.time())
+        self._send(
+            protocol.INSTANCE_REPORT,
+            instance_id=instance_id,
+            kind=kind,
+            data=data,
+            sent_at=time.time(),
+        )
 
     def telemetry(self, minutes: list[dict], simulated: bool) -> None:
         """Finished per-minute GPU aggregates (see ``sampler.MinuteAggregator``)."""
         # Still worth writing when late (history, paid vs used), but not after hours.
         self._send(
-            TELEMETRY_TASK, expires=3600, minutes=minutes, simulated=simulated, sent_at=time.time()
+            protocol.TELEMETRY,
+            expires=3600,
+            minutes=minutes,
+            simulated=simulated,
+            sent_at=time.time(),
         )

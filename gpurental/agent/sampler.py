@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from gpurental.agent.activity import CpuMeter, Holdings, KernelProbe
 from gpurental.agent.gpus import GpuSample, GpuSource
+from gpurental.protocol import latest_key, recent_key
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +43,6 @@ MAX_PENDING_MINUTES = 30  # kept for retry while the broker is unreachable
 
 def host_group(host_name: str) -> str:
     return f"telemetry.host.{host_name}"
-
-
-def latest_key(host_name: str) -> str:
-    return f"gpurental:telemetry:latest:{host_name}"
-
-
-def recent_key(host_name: str) -> str:
-    """A host's last ``RECENT_SAMPLES`` messages, oldest first: a chart opened now starts full."""
-    return f"gpurental:telemetry:recent:{host_name}"
 
 
 def telemetry_url_from_broker(broker_url: str) -> str | None:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from celery import Celery
 
+from gpurental import protocol
 from gpurental.agent.config import AgentConfig
 from gpurental.agent.host import HostAgent
 
 _agent: HostAgent | None = None
-
-# Names the control plane sends to (gpurental.rentals.hostcalls).
-TASKS = ("instance_start", "instance_stop", "instance_restart", "instance_remove")
 
 
 def make_app(config: AgentConfig) -> Celery:
@@ -40,17 +38,17 @@ def _current() -> HostAgent:
 
 
 def _register(app: Celery) -> None:
-    @app.task(name="gpurental.agent.instance_start")
+    @app.task(name=protocol.START)
     def instance_start(spec: dict) -> None:
         _current().start(spec)
 
-    @app.task(name="gpurental.agent.instance_restart")
+    @app.task(name=protocol.RESTART)
     def instance_restart(spec: dict) -> None:
         _current().restart(spec)
 
     # Stop and remove are retried a few times: the engine may be briefly busy.
     @app.task(
-        name="gpurental.agent.instance_stop",
+        name=protocol.STOP,
         autoretry_for=(Exception,),
         max_retries=3,
         default_retry_delay=5,
@@ -59,7 +57,7 @@ def _register(app: Celery) -> None:
         _current().stop(instance_id)
 
     @app.task(
-        name="gpurental.agent.instance_remove",
+        name=protocol.REMOVE,
         autoretry_for=(Exception,),
         max_retries=3,
         default_retry_delay=5,

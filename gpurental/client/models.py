@@ -23,6 +23,7 @@ STATUSES = (
     "terminating",
     "terminated",
     "failed",
+    "unreachable",
     "lost",
 )
 # Statuses an instance never leaves on its own: waiting for anything else is over.

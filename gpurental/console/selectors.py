@@ -29,7 +29,7 @@ from gpurental.rentals.selectors import (
     instance_gpus,
     reservations_visible_to,
 )
-from gpurental.rentals.services import reservations
+from gpurental.rentals.services import lifecycle, reservations
 from gpurental.rentals.services.reservations import refund_for
 from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
 
@@ -37,6 +37,7 @@ LIVE = (
     InstanceStatus.PENDING,
     InstanceStatus.PROVISIONING,
     InstanceStatus.RUNNING,
+    InstanceStatus.UNREACHABLE,
     InstanceStatus.STOPPING,
     InstanceStatus.TERMINATING,
 )
@@ -80,14 +81,12 @@ def instance_context(*, instance: Instance, viewer) -> dict:
         "idle_threshold": settings.IDLE_UTILIZATION_PERCENT,
         "can": {
             "open": is_owner and instance.status == InstanceStatus.RUNNING,
-            "stop": instance.status
-            in (InstanceStatus.PENDING, InstanceStatus.PROVISIONING, InstanceStatus.RUNNING),
+            "stop": instance.status in lifecycle.STOPPABLE,
             "start": instance.status == InstanceStatus.STOPPED,
             "idle_policy": instance.status
             not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "restart": instance.status == InstanceStatus.RUNNING,
-            "terminate": instance.status
-            not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
+            "terminate": instance.status in lifecycle.TERMINABLE,
         },
     }
 

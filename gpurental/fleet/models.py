@@ -2,6 +2,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
+from gpurental import protocol
+
 
 class HostStatus(models.TextChoices):
     ACTIVE = "active", "Active"
@@ -52,7 +54,7 @@ class Host(models.Model):
 
     @property
     def queue(self) -> str:
-        return f"host.{self.name}"
+        return protocol.host_queue(self.name)
 
 
 class GPU(models.Model):

@@ -174,15 +174,20 @@ def host_heartbeat_record(
     *,
     name: str,
     token: str,
-    inventory: list[dict],
-    containers: dict[str, str],
+    inventory: list[dict] | None,
+    containers: dict[str, str] | None,
     runtime: str,
     gpu_source: str,
     agent_version: str,
     sent_at: float | None,
     now: datetime,
+    containers_listed_at: float | None = None,
 ) -> Host:
-    """Record a heartbeat: refuse a wrong token; sync GPUs; reconcile the host's containers."""
+    """Record a heartbeat: refuse a wrong token; sync GPUs; reconcile the host's containers.
+
+    The beat's own time (when the agent sent it) is the host's liveness, however late it is
+    read. The inventory and container list come when the agent has them (None otherwise),
+    each judged by the time it was taken."""
     from gpurental.rentals.services.reconcile import host_containers_reconcile
 
     host = Host.objects.filter(name=name).first()
@@ -190,13 +195,13 @@ def host_heartbeat_record(
         _refuse_heartbeat(name=name, why="no host of that name", now=now)
     if not host_token_matches(host=host, token=token):
         _refuse_heartbeat(name=name, why="wrong token", now=now)
-    observed_at = datetime.fromtimestamp(sent_at, tz=UTC) if sent_at else now
+    observed_at = _agent_time(sent_at, now) if sent_at else now
     with transaction.atomic():
         host = Host.objects.select_for_update().get(pk=host.pk)
         if host.last_heartbeat_at and observed_at < host.last_heartbeat_at:
             return host  # an older beat overtaken by a newer one: nothing to learn
         fields = {
-            "last_heartbeat_at": min(observed_at, now),
+            "last_heartbeat_at": observed_at,
             "runtime": runtime[:16],
             "agent_version": agent_version[:32],
         }
@@ -208,8 +213,14 @@ def host_heartbeat_record(
         for key, value in fields.items():
             setattr(host, key, value)
         host.save(update_fields=list(fields))
-        host_inventory_sync(host=host, inventory=inventory)
-        host_containers_reconcile(
-            host=host, containers=containers, observed_at=observed_at, now=now
-        )
+        if inventory is not None:
+            host_inventory_sync(host=host, inventory=inventory)
+    if containers is not None:
+        listed_at = _agent_time(containers_listed_at, now) if containers_listed_at else observed_at
+        host_containers_reconcile(host=host, containers=containers, observed_at=listed_at, now=now)
     return host
+
+
+def _agent_time(timestamp: float, now: datetime) -> datetime:
+    """A time the agent sent, never later than now (its clock may run ahead)."""
+    return min(datetime.fromtimestamp(timestamp, tz=UTC), now)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import transaction
 
+from gpurental import protocol
 from gpurental.celery_app import app
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
@@ -19,7 +20,7 @@ def _send_spec(instance: Instance, task: str) -> None:
     queue, spec = instance.host.queue, container_spec(instance)
     transaction.on_commit(
         lambda: app.send_task(
-            f"gpurental.agent.{task}",
+            task,
             kwargs={"spec": spec},
             queue=queue,
             expires=settings.LAUNCH_TIMEOUT,
@@ -33,6 +34,7 @@ def container_spec(instance: Instance) -> dict:
     env = {str(k): str(v) for k, v in (image.env or {}).items()}
     hf_cache = host.hf_cache_dir if instance.mount_model_cache else None
     return {
+        "spec_version": protocol.SPEC_VERSION,
         "instance_id": str(instance.id),
         "image": image.image_for(host.gpu_source),
         "token": instance.jupyter_token,
@@ -50,11 +52,11 @@ def container_spec(instance: Instance) -> dict:
 
 
 def start(instance: Instance) -> None:
-    _send_spec(instance, "instance_start")
+    _send_spec(instance, protocol.START)
 
 
 def restart(instance: Instance) -> None:
-    _send_spec(instance, "instance_restart")
+    _send_spec(instance, protocol.RESTART)
 
 
 def stop(instance: Instance) -> None:
@@ -68,17 +70,15 @@ def remove(instance: Instance) -> None:
 def _send_id(host, task: str, instance_id: str) -> None:
     queue = host.queue
     transaction.on_commit(
-        lambda: app.send_task(
-            f"gpurental.agent.{task}", kwargs={"instance_id": instance_id}, queue=queue
-        )
+        lambda: app.send_task(task, kwargs={"instance_id": instance_id}, queue=queue)
     )
 
 
 def stop_id(host, instance_id: str) -> None:
     """Container goes, /workspace stays."""
-    _send_id(host, "instance_stop", instance_id)
+    _send_id(host, protocol.STOP, instance_id)
 
 
 def remove_id(host, instance_id: str) -> None:
     """Container and /workspace go."""
-    _send_id(host, "instance_remove", instance_id)
+    _send_id(host, protocol.REMOVE, instance_id)

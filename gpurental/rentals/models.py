@@ -17,7 +17,8 @@ class InstanceStatus(models.TextChoices):
     TERMINATING = "terminating", "Terminating"
     TERMINATED = "terminated", "Terminated"
     FAILED = "failed", "Failed"
-    LOST = "lost", "Lost (host stopped heart-beating)"
+    UNREACHABLE = "unreachable", "Unreachable (host silent; GPUs held, not billed)"
+    LOST = "lost", "Lost (host silent too long; GPUs released, /workspace kept)"
 
 
 class Instance(models.Model):

@@ -20,6 +20,7 @@ HOLDING = (
     InstanceStatus.PENDING,
     InstanceStatus.PROVISIONING,
     InstanceStatus.RUNNING,
+    InstanceStatus.UNREACHABLE,
     InstanceStatus.STOPPING,
     InstanceStatus.TERMINATING,
 )

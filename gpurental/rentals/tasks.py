@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from gpurental import protocol
 from gpurental.celery_app import app
 from gpurental.fleet.models import Host
 from gpurental.fleet.services import host_token_matches
@@ -29,7 +30,7 @@ REPORTS = {
 
 
 @app.task(
-    name="gpurental.rentals.tasks.instance_report",
+    name=protocol.INSTANCE_REPORT,
     time_limit=30,
     soft_time_limit=25,
 )

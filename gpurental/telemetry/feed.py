@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from redis.exceptions import RedisError
 
-from gpurental.agent.sampler import latest_key
+from gpurental.protocol import latest_key
 from gpurental.telemetry.selectors import fleet_hosts, layer_redis_url, parse_latest
 
 log = logging.getLogger(__name__)

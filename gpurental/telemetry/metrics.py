@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from django.db import connection
 from django.db.models import Count
 
+from gpurental.fleet.models import Host
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
 from gpurental.telemetry.selectors import fleet_hosts, gpu_holders, latest_samples
 
@@ -146,6 +147,23 @@ def fleet_lines() -> list[str]:
     return lines
 
 
+def host_lines(*, now: float) -> list[str]:
+    """How long ago each host's last heartbeat was sent: alert on it before hosts go offline."""
+    hosts = Host.objects.order_by("name").values_list("name", "status", "last_heartbeat_at")
+    return family(
+        "gpurental_host_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since the host's agent sent its last heartbeat (+Inf: never).",
+        [
+            (
+                labels(host=name, status=status),
+                round(max(0.0, now - beat.timestamp()), 3) if beat else float("inf"),
+            )
+            for name, status, beat in hosts
+        ],
+    )
+
+
 def render(now: float | None = None) -> str:
     now = time.time() if now is None else now
-    return "\n".join(gpu_lines(now=now) + fleet_lines()) + "\n"
+    return "\n".join(gpu_lines(now=now) + host_lines(now=now) + fleet_lines()) + "\n"

@@ -10,8 +10,8 @@ import redis
 from django.conf import settings
 from django.db.models import Aggregate, Avg, BooleanField, Count
 
-from gpurental.agent.sampler import latest_key, recent_key
 from gpurental.fleet.models import Host
+from gpurental.protocol import latest_key, recent_key
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.selectors import HELD, HOLDING, instance_gpus, running_seconds
 from gpurental.telemetry.models import GpuMinute

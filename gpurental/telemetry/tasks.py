@@ -6,6 +6,7 @@ import logging
 
 from django.utils import timezone
 
+from gpurental import protocol
 from gpurental.celery_app import app
 from gpurental.fleet.models import Host
 from gpurental.fleet.services import host_token_matches
@@ -14,7 +15,7 @@ from gpurental.telemetry.services import idle_instances_check, rollups_expire, r
 log = logging.getLogger(__name__)
 
 
-@app.task(name="gpurental.telemetry.tasks.telemetry_record", time_limit=60, soft_time_limit=50)
+@app.task(name=protocol.TELEMETRY, time_limit=60, soft_time_limit=50)
 def telemetry_record(*, host: str, token: str, minutes=(), simulated=False, sent_at=None) -> None:
     """A host's finished per-minute GPU aggregates; only that host's agent may send them."""
     reporter = Host.objects.filter(name=host).first()

@@ -46,12 +46,20 @@ class AgentProcess:
             stderr=subprocess.STDOUT,
         )
 
+    def pause(self) -> None:
+        """Freeze the agent (SIGSTOP), as a host that hangs: no beats, no work."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.resume()  # a paused agent cannot act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(20)

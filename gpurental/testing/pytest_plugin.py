@@ -44,6 +44,18 @@ def pytest_unconfigure(config):
         _started = None
 
 
+def embedded_redis_restart() -> bool:
+    """Restart the embedded Redis this run started (it saves and reloads its data, as a
+    Redis with persistence does). False when the run uses an external Redis."""
+    if _started is None:
+        return False
+    from gpurental import embedded
+
+    embedded.stop_redis(_started)
+    embedded.start_redis(_started)
+    return True
+
+
 def pytest_report_header(config):
     db = os.environ.get("DATABASE_URL", "")
     where = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpurental import protocol
 from gpurental.agent.activity import Holdings
 from gpurental.agent.gpus.simulated import SimulatedSource
 from gpurental.agent.host import HostAgent
@@ -47,12 +48,17 @@ def start(agent, started, spec) -> None:
     started.append(spec.instance_id)
     agent.start(
         {
+            "spec_version": protocol.SPEC_VERSION,
             **{k: getattr(spec, k) for k in ("instance_id", "image", "token", "gpu_source")},
             "gpu_indices": list(spec.gpu_indices),
             "gpu_uuids": [],
             "cpu_count": spec.cpu_count,
             "memory_mb": spec.memory_mb,
             "pids_limit": spec.pids_limit,
+            "container_port": spec.container_port,
+            "env": dict(spec.env),
+            "hf_cache_dir": None,
+            "command": list(spec.command),
         }
     )
 

@@ -164,7 +164,12 @@ def test_time_after_a_silent_hosts_last_heartbeat_is_never_charged(
     beat(host, last_beat)
     meter_run(now=T0 + timedelta(minutes=21))  # the host is merely late: up to 10:20
     assert spans(instance)[-1][1] == datetime(2026, 6, 10, 10, 20, tzinfo=UTC)
-    fleet_reconcile(now=last_beat + timedelta(minutes=5))  # now it is lost
+    fleet_reconcile(now=last_beat + timedelta(minutes=5))  # now it is unreachable
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.UNREACHABLE and instance.stopped_at == last_beat
+    meter_run(now=last_beat + timedelta(minutes=30))
+    assert spans(instance)[-1][1] == last_beat
+    fleet_reconcile(now=last_beat + timedelta(minutes=30))  # past HOST_LOST_AFTER: lost
     instance.refresh_from_db()
     assert instance.status == InstanceStatus.LOST and instance.stopped_at == last_beat
     meter_run(now=last_beat + timedelta(hours=2))

@@ -81,7 +81,7 @@ def test_inventory_creates_and_updates_gpus(a100, make_host):
     assert not host.gpus.get(index=3).is_enabled
 
 
-def test_running_instance_whose_container_vanished_fails_and_frees_gpus(
+def test_running_instance_whose_container_vanished_is_stopped_and_frees_gpus(
     alice, a100, make_host, image, sent, django_capture_on_commit_callbacks
 ):
     host = make_host("node1", a100)
@@ -96,7 +96,7 @@ def test_running_instance_whose_container_vanished_fails_and_frees_gpus(
     with django_capture_on_commit_callbacks(execute=True):
         beat(host, containers={})
     instance.refresh_from_db()
-    assert instance.status == S.FAILED and "disappeared" in instance.status_reason
+    assert instance.status == S.STOPPED and "disappeared" in instance.status_reason
     assert instance.stopped_at is not None
     assert not instance.allocations.filter(period__upper_inf=True).exists()
     assert sent[-1]["task"] == "instance_stop"  # the workspace stays until terminate
@@ -111,9 +111,11 @@ def test_a_heartbeat_older_than_a_transition_does_not_undo_it(alice, a100, make_
     assert instance.status == S.RUNNING
 
 
-def test_orphan_containers_are_removed(a100, make_host, sent, django_capture_on_commit_callbacks):
+def test_containers_of_unknown_instances_are_stopped_never_removed(
+    a100, make_host, sent, django_capture_on_commit_callbacks
+):
     host = make_host("node1", a100)
     orphan = str(uuid.uuid4())
     with django_capture_on_commit_callbacks(execute=True):
         beat(host, containers={orphan: "running"})
-    assert sent == [{"task": "instance_remove", "queue": "host.node1", "instance_id": orphan}]
+    assert sent == [{"task": "instance_stop", "queue": "host.node1", "instance_id": orphan}]

@@ -120,10 +120,11 @@ def test_container_removed_behind_the_platforms_back_is_noticed(
     )
     time.sleep(2.5)  # let a heartbeat see it running first
     docker_client.containers.get(f"gpurental-{instance.pk}").remove(force=True)
-    instance = wait_status(instance, S.FAILED, agent, timeout=30)
+    instance = wait_status(instance, S.STOPPED, agent, timeout=30)
     assert (
         "disappeared" in instance.status_reason and "outside the platform" in instance.status_reason
     )
+    assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")  # /workspace kept
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
     lc.instance_terminate(instance=instance, actor=alice)
     wait_status(instance, S.TERMINATED, agent)

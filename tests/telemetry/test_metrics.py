@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from gpurental.rentals.services import lifecycle as lc
 from tests.telemetry.conftest import host_message
@@ -136,3 +137,16 @@ def test_label_values_are_escaped():
     from gpurental.telemetry.metrics import labels
 
     assert labels(host='a"b\\c\nd') == '{host="a\\"b\\\\c\\nd"}'
+
+
+def test_each_hosts_heartbeat_age_is_exported(client, carol, a100, make_host):
+    make_host("fresh", a100, count=1)
+    make_host("quiet", a100, count=1, last_heartbeat_at=timezone.now() - timedelta(seconds=90))
+    client.force_login(carol)
+    types, samples = parse(client.get("/metrics").content.decode())
+    name = "gpurental_host_heartbeat_age_seconds"
+    assert types[name] == "gauge"
+    (fresh,) = values(samples, name, host="fresh")
+    (quiet,) = values(samples, name, host="quiet")
+    assert 0 <= fresh < 5
+    assert 90 <= quiet < 95

@@ -1,12 +1,16 @@
-"""Reconciliation: make the database agree with what hosts actually run.
+"""Reconciliation: make the database agree with what hosts actually run. It decides;
+the lifecycle's named transitions change the instances.
 
-- From each heartbeat: a running instance whose container is gone or exited has
-  failed; a labelled container the platform no longer wants is removed.
-- Periodically: hosts without a heartbeat go offline and their instances are lost
-  (time after the last heartbeat is never billed); launches, stops and removals
-  that never finished are settled.
-Decisions take only instances whose state is older than the observation, so a
-heartbeat taken just before a transition cannot undo it.
+- From each container list a host sends (with the time it was taken): a running
+  instance whose container is gone or exited is stopped (its /workspace kept); an
+  unreachable or lost instance whose host answers again is settled; a container the
+  platform no longer wants is stopped, and removed only for a terminated instance.
+- Periodically: hosts without a heartbeat go offline; their running instances become
+  unreachable (billing stops at the last heartbeat, GPUs held), and after
+  ``HOST_LOST_AFTER`` lost (GPUs released). Launches, stops and removals that never
+  finished are settled.
+Decisions take only instances whose state is older than the observation, so a list
+taken just before a transition cannot undo it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from gpurental.rentals import hostcalls
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.rentals.selectors import HOLDING
 from gpurental.rentals.services import lifecycle
-from gpurental.rentals.services.scheduling import gpus_release
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
@@ -41,7 +44,16 @@ def host_containers_reconcile(
     ):
         state = containers.get(str(instance.pk))
         if state != "running":
-            instance_mark_vanished(instance=instance, state=state, now=now)
+            lifecycle.instance_mark_vanished(instance=instance, state=state, now=now)
+    for instance in Instance.objects.filter(
+        host=host, status__in=(S.UNREACHABLE, S.LOST), status_changed_at__lt=observed_at
+    ):
+        lifecycle.instance_host_back(
+            instance=instance,
+            state=containers.get(str(instance.pk)),
+            observed_at=observed_at,
+            now=now,
+        )
 
     rows = Instance.objects.filter(pk__in=_uuids(containers)).values_list(
         "pk", "status", "status_changed_at"
@@ -50,20 +62,17 @@ def host_containers_reconcile(
     for instance_id, state in containers.items():
         status, changed = known.get(instance_id, (None, None))
         if changed is not None and changed >= settled_before:
-            continue  # a transition is under way; the next heartbeat decides
-        if status is None or status in (S.TERMINATED, S.LOST):
-            log.info(
-                "host %s: removing orphan %s (%s)",
-                host.name,
-                instance_id,
-                status or "unknown instance",
-            )
+            continue  # a transition is under way; the next list decides
+        if status == S.TERMINATED:
+            log.info("host %s: removing what terminated instance %s left", host.name, instance_id)
             hostcalls.remove_id(host, instance_id)
-        elif status in (S.STOPPED, S.FAILED) and state != "stopped":
+        elif status in (None, S.STOPPED, S.FAILED) and state != "stopped":
+            # An unknown instance (a database restored from an older backup, say) is
+            # stopped, never removed: only a terminate removes a /workspace.
             log.info(
                 "host %s: stopping leftover container of %s instance %s",
                 host.name,
-                status,
+                status or "unknown",
                 instance_id,
             )
             hostcalls.stop_id(host, instance_id)
@@ -79,29 +88,11 @@ def _uuids(containers: dict[str, str]) -> list[str]:
     return valid
 
 
-def instance_mark_vanished(*, instance: Instance, state: str | None, now: datetime) -> None:
-    # "stopped": the runtime still has the workspace, but no container runs.
-    what = "disappeared" if state in (None, "stopped", "removing") else f"is {state}"
-    with transaction.atomic():
-        instance = lifecycle._lock(instance)
-        if instance.status != S.RUNNING:
-            return
-        lifecycle._move(
-            instance,
-            S.FAILED,
-            reason=f"the container {what} on host {instance.host.name} (it stopped outside the platform); "
-            "/workspace is kept until you terminate the instance",
-            now=now,
-            stopped_at=now,
-        )
-        gpus_release(instance=instance, at=now)
-        hostcalls.stop(instance)
-
-
 def hosts_mark_offline(*, now: datetime) -> list[str]:
-    """Hosts whose heartbeat is stale: offline, their instances lost, billing cut at the last beat."""
+    """Hosts whose heartbeat is stale: offline; their instances unreachable, then lost."""
     cutoff = now - timedelta(seconds=settings.HOST_OFFLINE_AFTER)
-    # Active hosts go offline; any stale host (draining, maintenance too) loses its instances.
+    lost_cutoff = now - timedelta(seconds=settings.HOST_LOST_AFTER)
+    # Active hosts go offline; any stale host (draining, maintenance too) has its instances settled.
     stale = Host.objects.filter(last_heartbeat_at__lt=cutoff).filter(
         Q(status=HostStatus.ACTIVE) | Q(instances__status__in=HOLDING)
     )
@@ -110,28 +101,20 @@ def hosts_mark_offline(*, now: datetime) -> list[str]:
         with transaction.atomic():
             host = Host.objects.select_for_update().get(pk=host.pk)
             last = host.last_heartbeat_at or host.created_at
+            if last >= cutoff:
+                continue  # a heartbeat came in meanwhile
             if host.status == HostStatus.ACTIVE:
                 host.status = HostStatus.OFFLINE
                 host.save(update_fields=["status"])
                 audit_record(
                     action="host.offline", obj=host, changes={"last_heartbeat_at": last.isoformat()}
                 )
-            for instance in Instance.objects.filter(host=host, status__in=HOLDING):
-                instance = lifecycle._lock(instance)
-                billing = (
-                    {"stopped_at": last}
-                    if instance.status in (S.RUNNING, S.STOPPING) and not instance.stopped_at
-                    else {}
-                )
-                lifecycle._move(
-                    instance,
-                    S.LOST,
-                    reason=f"host {host.name} stopped heart-beating at {last:%Y-%m-%d %H:%M:%S} UTC; "
-                    "time after that is not billed",
-                    now=now,
-                    **billing,
-                )
-                gpus_release(instance=instance, at=last)
+        lost = last < lost_cutoff
+        for instance in Instance.objects.filter(host=host, status__in=HOLDING):
+            if lost:
+                lifecycle.instance_mark_lost(instance=instance, last_beat=last, now=now)
+            else:
+                lifecycle.instance_mark_unreachable(instance=instance, last_beat=last, now=now)
         names.append(host.name)
     return names
 
@@ -141,21 +124,18 @@ def stuck_operations_settle(*, now: datetime) -> None:
     for pk in Instance.objects.filter(
         status__in=(S.PENDING, S.PROVISIONING), status_changed_at__lt=launch_cutoff
     ).values_list("pk", flat=True):
-        lifecycle.instance_report_failed(
-            instance_id=pk,
-            reason=f"the launch did not finish within {settings.LAUNCH_TIMEOUT} s (the host agent may have "
-            "restarted); try again",
-            now=now,
+        lifecycle.instance_fail_launch_timeout(
+            instance_id=pk, timeout_s=settings.LAUNCH_TIMEOUT, now=now
         )
     stop_cutoff = now - timedelta(seconds=settings.STOP_TIMEOUT)
     for pk in Instance.objects.filter(
         status=S.STOPPING, status_changed_at__lt=stop_cutoff
     ).values_list("pk", flat=True):
-        lifecycle.instance_report_stopped(instance_id=pk, now=now)
+        lifecycle.instance_stop_timeout(instance_id=pk, now=now)
     for pk in Instance.objects.filter(
         status=S.TERMINATING, status_changed_at__lt=stop_cutoff
     ).values_list("pk", flat=True):
-        lifecycle.instance_report_removed(instance_id=pk, now=now)
+        lifecycle.instance_remove_timeout(instance_id=pk, now=now)
 
 
 def fleet_reconcile(*, now: datetime | None = None) -> None:

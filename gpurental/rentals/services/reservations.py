@@ -16,7 +16,6 @@ launches at start, warns before the end and stops at the end.
 from __future__ import annotations
 
 import logging
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
@@ -33,7 +32,7 @@ from gpurental.billing.selectors import balance_of, operator_zone
 from gpurental.billing.services.invoicing import invoice_credit_note
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import Host, HostStatus
-from gpurental.rentals import hostcalls, selectors
+from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
 from gpurental.rentals.models import (
     Allocation,
@@ -345,35 +344,10 @@ def reservation_activate(*, reservation: Reservation, now: datetime) -> Instance
 
 def _launch(reservation: Reservation, *, host: Host, now: datetime, why: str) -> Instance:
     """A new instance on the reservation's GPUs (the reservation locked by the caller)."""
-    allocations = Allocation.objects.filter(reservation=reservation)
-    instance = Instance.objects.create(
-        user_id=reservation.user_id,
-        name=f"reservation {str(reservation.pk)[:8]}",
-        plan=reservation.plan,
-        gpu_model=reservation.gpu_model,
-        gpu_count=reservation.gpu_count,
-        image=reservation.image,
-        host_id=host.pk,
-        reservation=reservation,
-        status=InstanceStatus.PENDING,
-        status_changed_at=now,
-        jupyter_token=secrets.token_hex(24),
-        idle_stop_minutes=0,  # paid for already: stopping it early saves nothing
-        created_at=now,
-    )
-    allocations.update(instance=instance)
-    gpus = ", ".join(str(i) for i in sorted(allocations.values_list("gpu__index", flat=True)))
-    InstanceEvent.objects.create(
-        instance=instance,
-        kind=InstanceEvent.Kind.TRANSITION,
-        to_status=InstanceStatus.PENDING,
-        reason=f"{why} for reservation {str(reservation.pk)[:8]} on GPUs {gpus}; "
-        f"runs until {reservation.end:%Y-%m-%d %H:%M} UTC",
-        created_at=now,
+    instance = lifecycle.instance_launch_reserved(
+        reservation=reservation, host=host, reason=why, now=now
     )
     _event(reservation, R.ACTIVE, reason=f"instance {instance.pk} {why}", now=now)
-    instance = Instance.objects.select_related("host", "image", "plan").get(pk=instance.pk)
-    hostcalls.start(instance)
     return instance
 
 

@@ -1,0 +1,110 @@
+"""The contract between the control plane and the host agents. Django-free: both sides
+import it, and ``tests/test_protocol.py`` holds both sides to it.
+
+- Commands go to the host's queue ``host.<name>``: start and restart carry a versioned
+  start spec, stop and remove carry an instance id.
+- Reports go to the ``control`` queue, each with the host's name and token: the
+  heartbeat (liveness, with the latest inventory and container list when the agent has
+  them), an instance report of one of ``REPORT_KINDS``, and telemetry rollups.
+- Redis keys the agent's sampler writes and the web tier reads.
+
+A spec of a version the agent does not know is refused with a reason the customer sees,
+never half-understood.
+"""
+
+from __future__ import annotations
+
+# --- queues -----------------------------------------------------------------
+
+CONTROL_QUEUE = "control"
+
+
+def host_queue(host_name: str) -> str:
+    return f"host.{host_name}"
+
+
+# --- commands: control plane → agent ------------------------------------------
+
+START = "gpurental.agent.instance_start"
+RESTART = "gpurental.agent.instance_restart"
+STOP = "gpurental.agent.instance_stop"
+REMOVE = "gpurental.agent.instance_remove"
+AGENT_TASKS = (START, RESTART, STOP, REMOVE)
+
+SPEC_VERSION = 1
+# Every field of a version-1 start spec; ``spec_version`` says which set it is.
+SPEC_FIELDS = frozenset(
+    {
+        "spec_version",
+        "instance_id",
+        "image",
+        "token",
+        "gpu_indices",
+        "gpu_uuids",
+        "gpu_source",
+        "cpu_count",
+        "memory_mb",
+        "pids_limit",
+        "container_port",
+        "env",
+        "hf_cache_dir",
+        "command",
+    }
+)
+
+
+class SpecRefused(ValueError):
+    """A start spec the agent cannot act on; the message is for the customer."""
+
+
+def spec_check(spec: dict) -> dict:
+    """The spec without its version, or SpecRefused saying why it cannot be run."""
+    version = spec.get("spec_version")
+    if version != SPEC_VERSION:
+        raise SpecRefused(
+            f"the host agent speaks start spec version {SPEC_VERSION}, but this launch "
+            f"was sent as version {version!r}: the agent and the control plane are out of "
+            "step (upgrade the agent on this host); nothing was started"
+        )
+    missing = sorted(SPEC_FIELDS - spec.keys())
+    unknown = sorted(spec.keys() - SPEC_FIELDS)
+    if missing or unknown:
+        raise SpecRefused(
+            f"malformed start spec (missing {missing or 'nothing'}, unknown {unknown or 'nothing'}); "
+            "nothing was started"
+        )
+    return {k: v for k, v in spec.items() if k != "spec_version"}
+
+
+# --- reports: agent → control plane -------------------------------------------
+
+HEARTBEAT = "gpurental.fleet.tasks.host_heartbeat"
+INSTANCE_REPORT = "gpurental.rentals.tasks.instance_report"
+TELEMETRY = "gpurental.telemetry.tasks.telemetry_record"
+CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY)
+
+# What an instance report may say, and the data each kind carries.
+REPORT_KINDS = {
+    "progress": ("step", "message"),
+    "running": ("port", "host", "container_id"),
+    "failed": ("reason",),
+    "stopped": (),
+    "removed": (),
+    "error": ("action", "reason"),
+}
+
+# A heartbeat is worth something as long as it can still tell the host is alive: it is
+# recorded with the time the agent sent it, however late the control worker gets to it.
+HEARTBEAT_EXPIRES_S = 600
+
+# --- Redis keys (telemetry) ---------------------------------------------------
+
+
+def latest_key(host_name: str) -> str:
+    """The host's newest sample (expires when its sampler goes quiet)."""
+    return f"gpurental:telemetry:latest:{host_name}"
+
+
+def recent_key(host_name: str) -> str:
+    """The host's last few minutes of samples, newest last."""
+    return f"gpurental:telemetry:recent:{host_name}"

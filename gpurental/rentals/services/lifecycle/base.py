@@ -1,0 +1,123 @@
+"""Building blocks of the lifecycle: lock, move, record. Private to this package.
+
+``_move`` takes the states the transition may start from; each named transition passes
+its own, so there is no table of everything allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.conf import settings
+
+from gpurental.accounts.models import User
+from gpurental.rentals.events import publish_instance_event
+from gpurental.rentals.exceptions import InvalidTransition
+from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
+
+S = InstanceStatus
+STOPPABLE = (S.PENDING, S.PROVISIONING, S.RUNNING, S.UNREACHABLE)
+LAUNCHING = (S.PENDING, S.PROVISIONING)
+
+
+def _lock(instance: Instance | str) -> Instance:
+    pk = instance.pk if isinstance(instance, Instance) else instance
+    return (
+        Instance.objects.select_for_update(of=("self",))
+        .select_related("host", "plan", "image", "gpu_model", "user")
+        .get(pk=pk)
+    )
+
+
+def _event(instance: Instance, **fields) -> InstanceEvent:
+    event = InstanceEvent.objects.create(instance=instance, **fields)
+    publish_instance_event(
+        instance.pk,
+        {
+            "kind": event.kind,
+            "status": instance.status,
+            "from_status": event.from_status,
+            "step": event.step,
+            "reason": event.reason,
+            "at": event.created_at.isoformat(),
+            **(event.data or {}),
+        },
+    )
+    return event
+
+
+def _move(
+    instance: Instance,
+    to: str,
+    *,
+    allowed_from: Iterable[str],
+    reason: str,
+    now: datetime,
+    actor: User | None = None,
+    **fields,
+) -> None:
+    """Change the state of a locked instance, checking where it may come from, and record it."""
+    allowed = set(allowed_from)
+    if instance.status not in allowed:
+        raise InvalidTransition(
+            f"instance {instance} is {instance.status}; only an instance that is "
+            f"{', '.join(sorted(allowed))} can become {to}",
+            field="status",
+        )
+    old = instance.status
+    instance.status = to
+    instance.status_changed_at = now
+    if to in (S.FAILED, S.STOPPED, S.LOST, S.UNREACHABLE) or reason:
+        instance.status_reason = reason
+    for key, value in fields.items():
+        setattr(instance, key, value)
+    instance.save(update_fields=["status", "status_changed_at", "status_reason", *fields])
+    _event(
+        instance,
+        kind=InstanceEvent.Kind.TRANSITION,
+        from_status=old,
+        to_status=to,
+        reason=reason,
+        actor=actor if actor is not None and actor.pk else None,
+        created_at=now,
+    )
+
+
+def _refuse(instance: Instance, action: str, allowed: Iterable[str]) -> None:
+    states = ", ".join(sorted(allowed))
+    raise InvalidTransition(
+        f"cannot {action} an instance that is {instance.status} (only when {states})",
+        field="status",
+    )
+
+
+def _progress(instance: Instance, *, step: str, reason: str, now: datetime) -> None:
+    _event(instance, kind=InstanceEvent.Kind.PROGRESS, step=step, reason=reason, created_at=now)
+
+
+def instance_notice(instance: Instance, *, reason: str, step: str, now: datetime, **data) -> None:
+    """A message for the customer in the instance's events, shown live (no state change)."""
+    _event(
+        instance,
+        kind=InstanceEvent.Kind.NOTICE,
+        step=step,
+        reason=reason,
+        created_at=now,
+        data=data,
+    )
+
+
+def host_alive(instance: Instance, now: datetime) -> bool:
+    """Is the instance's host heart-beating (within ``HOST_OFFLINE_AFTER``)?"""
+    host = instance.host
+    return (
+        host is not None
+        and host.last_heartbeat_at is not None
+        and (now - host.last_heartbeat_at).total_seconds() <= settings.HOST_OFFLINE_AFTER
+    )
+
+
+def _has_run(instance: Instance) -> bool:
+    """Has it ever run? Then it has a /workspace worth keeping."""
+    return instance.events.filter(to_status=S.RUNNING).exists()

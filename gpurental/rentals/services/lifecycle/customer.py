@@ -1,0 +1,388 @@
+"""What customers and staff ask of an instance: launch, stop, start, restart, terminate,
+the idle policy. Each locks the instance, checks its state, moves it and tells the host."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from gpurental.accounts.models import User
+from gpurental.billing.services import metering, prepaid
+from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.fleet.models import Host
+from gpurental.rentals import hostcalls, selectors
+from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
+from gpurental.rentals.models import Allocation, Instance, InstanceEvent, Reservation
+from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-exported
+    STOPPABLE,
+    S,
+    _event,
+    _lock,
+    _move,
+    _progress,
+    _refuse,
+    host_alive,
+    instance_notice,
+)
+from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
+
+# --- customer actions ---------------------------------------------------------
+
+
+def resolve_plan(*, plan: Plan | None, gpu_model: GPUModel | None, gpu_count: int | None) -> Plan:
+    if plan is not None:
+        if not plan.is_active:
+            raise RentalError(f"plan {plan.slug} is no longer offered", field="plan")
+        return plan
+    if gpu_model is None:
+        raise RentalError("choose a plan, or a gpu_model with a gpu_count", field="gpu_model")
+    count = gpu_count or 1
+    found = Plan.objects.filter(gpu_model=gpu_model, gpu_count=count, is_active=True).first()
+    if found is None:
+        offered = sorted(
+            Plan.objects.filter(gpu_model=gpu_model, is_active=True).values_list(
+                "gpu_count", flat=True
+            )
+        )
+        choices = ", ".join(map(str, offered)) or "none"
+        raise RentalError(
+            f"no plan offers {count}× {gpu_model.short_name}; GPU counts offered: {choices}",
+            field="gpu_count",
+        )
+    return found
+
+
+def instance_launch(
+    *,
+    user: User,
+    image: ImageTemplate,
+    plan: Plan | None = None,
+    gpu_model: GPUModel | None = None,
+    gpu_count: int | None = None,
+    name: str = "",
+    mount_model_cache: bool = False,
+    idle_stop_minutes: int | None = None,
+    now: datetime | None = None,
+) -> Instance:
+    """Hold GPUs for a new instance and ask the host's agent to start it.
+
+    Raises QuotaExceeded, NoCapacity or RentalError; then nothing is created.
+    """
+    now = now or timezone.now()
+    plan = resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
+    if idle_stop_minutes is not None:
+        check_idle_minutes(idle_stop_minutes)
+    if not image.is_active:
+        raise RentalError(f"image {image.slug} is no longer offered", field="image")
+    with transaction.atomic():
+        # One launch at a time per user, so two launches cannot both pass the quota or the
+        # balance check.
+        locked_user = _lock_user(user.pk)
+        _check_quota(
+            locked_user, plan.gpu_count, extra=" Stop an instance or ask for a higher quota."
+        )
+        prepaid.launch_allowed(user=locked_user, plan=plan, now=now)
+        instance = Instance.objects.create(
+            user=user,
+            name=name.strip()[:100],
+            plan=plan,
+            gpu_model=plan.gpu_model,
+            gpu_count=plan.gpu_count,
+            image=image,
+            status=S.PENDING,
+            status_changed_at=now,
+            jupyter_token=secrets.token_hex(24),
+            mount_model_cache=mount_model_cache,
+            idle_stop_minutes=plan.idle_stop_minutes
+            if idle_stop_minutes is None
+            else idle_stop_minutes,
+            created_at=now,
+        )
+        proposal = gpus_allocate(
+            instance=instance, gpu_model=plan.gpu_model, count=plan.gpu_count, now=now
+        )
+        instance.host_id = proposal.host_id
+        instance.save(update_fields=["host"])
+        instance = _lock(instance)
+        if mount_model_cache and not instance.host.hf_cache_dir:
+            raise RentalError(
+                f"host {instance.host.name} has no shared Hugging Face model cache configured; "
+                "launch without model_repo, or ask the operator to set one",
+                field="model_repo",
+            )
+        gpus = ", ".join(str(g.index) for g in proposal.gpus)
+        _created(instance, reason=f"launched on {instance.host.name}, GPUs {gpus}", actor=user)
+    return instance
+
+
+def instance_launch_reserved(
+    *, reservation: Reservation, host: Host, reason: str, now: datetime
+) -> Instance:
+    """A new instance on a reservation's GPUs (the reservation locked by the caller)."""
+    instance = Instance.objects.create(
+        user_id=reservation.user_id,
+        name=f"reservation {str(reservation.pk)[:8]}",
+        plan=reservation.plan,
+        gpu_model=reservation.gpu_model,
+        gpu_count=reservation.gpu_count,
+        image=reservation.image,
+        host_id=host.pk,
+        reservation=reservation,
+        status=S.PENDING,
+        status_changed_at=now,
+        jupyter_token=secrets.token_hex(24),
+        idle_stop_minutes=0,  # paid for already: stopping it early saves nothing
+        created_at=now,
+    )
+    allocations = Allocation.objects.filter(reservation=reservation)
+    allocations.update(instance=instance)
+    gpus = ", ".join(str(i) for i in sorted(allocations.values_list("gpu__index", flat=True)))
+    instance = _lock(instance)
+    _created(
+        instance,
+        reason=f"{reason} for reservation {str(reservation.pk)[:8]} on GPUs {gpus}; "
+        f"runs until {reservation.end:%Y-%m-%d %H:%M} UTC",
+    )
+    return instance
+
+
+def _created(instance: Instance, *, reason: str, actor: User | None = None) -> None:
+    now = instance.status_changed_at
+    _event(
+        instance,
+        kind=InstanceEvent.Kind.TRANSITION,
+        to_status=S.PENDING,
+        actor=actor,
+        created_at=now,
+        reason=reason,
+    )
+    _progress(instance, step="queued", reason="waiting for the host agent", now=now)
+    hostcalls.start(instance)
+
+
+def _lock_user(pk) -> User:
+    return User.objects.select_for_update().get(pk=pk)
+
+
+def _check_quota(user: User, count: int, *, extra: str = "") -> None:
+    held = selectors.gpus_held_by(user=user)
+    if held + count > user.gpu_quota:
+        raise QuotaExceeded(
+            f"your quota is {user.gpu_quota} GPUs at once and you hold {held}; "
+            f"{count} more would exceed it.{extra}",
+            field="gpu_count",
+        )
+
+
+def instance_stop(
+    *, instance: Instance, actor: User | None = None, reason: str = "", now: datetime | None = None
+):
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = _lock(instance)
+        if instance.status in (S.STOPPING, S.STOPPED):
+            return instance
+        if instance.status not in STOPPABLE:
+            _refuse(instance, "stop", set(STOPPABLE))
+        reason = reason or (f"stopped by {actor}" if actor else "stopped")
+        # Billing ends now for a run under way (also one stopped mid-restart).
+        billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
+        if host_alive(instance, now):
+            _move(
+                instance,
+                S.STOPPING,
+                allowed_from=STOPPABLE,
+                reason=reason,
+                now=now,
+                actor=actor,
+                **billing,
+            )
+            hostcalls.stop(instance)
+        else:
+            # The host is silent: nothing to wait for. When it returns, its container is
+            # stopped (never removed) by reconciliation.
+            _move(
+                instance,
+                S.STOPPED,
+                allowed_from=STOPPABLE,
+                reason=f"{reason} (host {instance.host.name} unreachable; /workspace kept)",
+                now=now,
+                actor=actor,
+                **billing,
+            )
+            gpus_release(instance=instance, at=now)
+    return instance
+
+
+def instance_start(
+    *, instance: Instance, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """Start a stopped instance again, on the same host (its /workspace lives there)."""
+    now = now or timezone.now()
+    if instance.reservation_id is None:
+        # The last run is charged in full before its stop time is forgotten.
+        metering.instance_settle(instance_id=instance.pk, now=now)
+    with transaction.atomic():
+        if instance.reservation_id is not None:
+            # The reservation first, as the reservation clock locks them: a start racing
+            # the end waits for it, then sees the reservation completed.
+            Reservation.objects.select_for_update().filter(pk=instance.reservation_id).first()
+        instance = _lock(instance)
+        if instance.status in (S.PENDING, S.PROVISIONING, S.RUNNING):
+            return instance
+        if instance.status != S.STOPPED:
+            _refuse(instance, "start", {S.STOPPED})
+        if instance.reservation_id is not None:
+            gpus = _reserved_gpus(instance, now)
+        else:
+            gpus = _allocate_again(instance, now)
+        _move(
+            instance,
+            S.PENDING,
+            allowed_from={S.STOPPED},
+            reason=f"started again on {instance.host.name}, GPUs {gpus}",
+            now=now,
+            actor=actor,
+            stopped_at=None,
+            running_since=None,
+        )
+        _progress(instance, step="queued", reason="waiting for the host agent", now=now)
+        hostcalls.start(instance)
+    return instance
+
+
+def _reserved_gpus(instance: Instance, now: datetime) -> str:
+    """A reserved instance starts again only within its paid period, on its reserved GPUs."""
+    reservation = instance.reservation
+    if (
+        reservation.status != "active"
+        or not reservation.period.lower <= now < reservation.period.upper
+    ):
+        raise InvalidTransition(
+            f"its reservation ran {reservation.period.lower:%Y-%m-%d %H:%M}–"
+            f"{reservation.period.upper:%Y-%m-%d %H:%M} UTC and is {reservation.status}; "
+            "launch a new instance or book again",
+            field="status",
+        )
+    return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
+
+
+def _allocate_again(instance: Instance, now: datetime) -> str:
+    user = _lock_user(instance.user_id)
+    _check_quota(user, instance.gpu_count)
+    prepaid.launch_allowed(user=user, plan=instance.plan, now=now)
+    proposal = gpus_allocate(
+        instance=instance,
+        gpu_model=instance.gpu_model,
+        count=instance.gpu_count,
+        now=now,
+        host=instance.host,
+    )
+    return ", ".join(str(g.index) for g in proposal.gpus)
+
+
+IDLE_MINUTES_RANGE = (10, 7 * 24 * 60)
+# Anything not already on its way out; the workspace goes only this way.
+TERMINABLE = set(S.values) - {S.TERMINATING, S.TERMINATED}
+
+
+def check_idle_minutes(minutes: int) -> None:
+    low, high = IDLE_MINUTES_RANGE
+    if minutes != 0 and not low <= minutes <= high:
+        raise RentalError(
+            f"idle_stop_minutes: {minutes} is not 0 (off) or {low}–{high} minutes",
+            field="idle_stop_minutes",
+        )
+
+
+def instance_set_idle_policy(
+    *, instance: Instance, minutes: int, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """Stop the instance after ``minutes`` idle (under IDLE_UTILIZATION_PERCENT GPU
+    utilisation, no kernel activity); 0 turns the policy off. Recorded as a notice."""
+    check_idle_minutes(minutes)
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = _lock(instance)
+        if instance.status in (S.TERMINATING, S.TERMINATED):
+            raise InvalidTransition(
+                f"instance {instance} is {instance.status}: it has no idle policy any more",
+                field="status",
+            )
+        if instance.idle_stop_minutes == minutes:
+            return instance
+        instance.idle_stop_minutes = minutes
+        instance.idle_warned_at = None  # a warning under the old policy no longer holds
+        instance.save(update_fields=["idle_stop_minutes", "idle_warned_at"])
+        who = f" by {actor}" if actor is not None and actor.pk else ""
+        reason = (
+            f"idle auto-stop: after {minutes} minutes under "
+            f"{settings.IDLE_UTILIZATION_PERCENT} % GPU utilisation (set{who})"
+            if minutes
+            else f"idle auto-stop turned off{who}"
+        )
+        instance_notice(instance, reason=reason, step="idle_policy", now=now, minutes=minutes)
+    return instance
+
+
+def instance_restart(
+    *, instance: Instance, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """Restart the container in place: same GPUs, same /workspace."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = _lock(instance)
+        if instance.status != S.RUNNING:
+            _refuse(instance, "restart", {S.RUNNING})
+        _move(
+            instance,
+            S.PROVISIONING,
+            allowed_from={S.RUNNING},
+            reason=f"restart requested by {actor}" if actor else "restart",
+            now=now,
+            actor=actor,
+        )
+        hostcalls.restart(instance)
+    return instance
+
+
+def instance_terminate(
+    *, instance: Instance, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """Remove the instance and its /workspace for good."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = _lock(instance)
+        if instance.status in (S.TERMINATING, S.TERMINATED):
+            return instance
+        reason = f"terminated by {actor}" if actor else "terminated"
+        # Billing ends now for a run under way (also one stopped mid-restart).
+        billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
+        if instance.status != S.LOST and host_alive(instance, now):
+            _move(
+                instance,
+                S.TERMINATING,
+                allowed_from=TERMINABLE,
+                reason=reason,
+                now=now,
+                actor=actor,
+                **billing,
+            )
+            hostcalls.remove(instance)
+        else:
+            _move(
+                instance,
+                S.TERMINATED,
+                allowed_from=TERMINABLE,
+                reason=f"{reason} (host unreachable; cleaned up when it returns)",
+                now=now,
+                actor=actor,
+                terminated_at=now,
+                **billing,
+            )
+            gpus_release(instance=instance, at=now)
+    return instance
