@@ -10,9 +10,51 @@ import it, and ``tests/test_protocol.py`` holds both sides to it.
 
 A spec of a version the agent does not know is refused with a reason the customer sees,
 never half-understood.
+
+Every message is signed: an HMAC-SHA256 over its canonical JSON, keyed with the
+SHA-256 of the host's join token. The agent derives the key from its token; the control
+plane keeps only that hash (``Host.token_hash``), and the token itself never travels.
+A message with a wrong signature, or naming another host, is refused on either side.
 """
 
 from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+# --- signing ------------------------------------------------------------------
+
+
+class Forged(ValueError):
+    """A message whose signature does not match, or that names another host."""
+
+
+def host_key(token: str) -> str:
+    """The signing key of a host: what the control plane stores of its token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _mac(key: str, payload: dict) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def sign(key: str, payload: dict) -> dict:
+    """The payload with its signature, ready to be sent as a task's keyword arguments."""
+    return {**payload, "sig": _mac(key, payload)}
+
+
+def verify(key: str, message: dict, *, host: str) -> dict:
+    """The payload of a message signed with ``key`` for ``host``, or Forged."""
+    payload = {k: v for k, v in message.items() if k != "sig"}
+    sig = message.get("sig")
+    if not isinstance(sig, str) or not key or not hmac.compare_digest(sig, _mac(key, payload)):
+        raise Forged("bad signature")
+    if payload.get("host") != host:
+        raise Forged(f"signed for host {payload.get('host')!r}, not {host!r}")
+    return payload
+
 
 # --- queues -----------------------------------------------------------------
 

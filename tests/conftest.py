@@ -64,7 +64,14 @@ def sent(monkeypatch):
     messages = []
 
     def record(name, kwargs=None, queue=None, **options):
-        messages.append({"task": name.rsplit(".", 1)[-1], "queue": queue, **(kwargs or {})})
+        # Every command is signed for its host: check it, then keep the payload.
+        from gpurental import protocol
+        from gpurental.fleet.models import Host
+
+        host = Host.objects.get(name=kwargs["host"])
+        payload = protocol.verify(host.token_hash, kwargs, host=host.name)
+        payload.pop("host")
+        messages.append({"task": name.rsplit(".", 1)[-1], "queue": queue, **payload})
 
     monkeypatch.setattr(hostcalls.app, "send_task", record)
     return messages

@@ -4,9 +4,8 @@ agent sends, the control plane's tasks accept and act on."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
+from celery import Celery
 
 from gpurental import protocol
 from gpurental.agent.activity import Holdings
@@ -27,7 +26,7 @@ class CapturingApp:
     def __init__(self):
         self.sent: list[dict] = []
 
-    def send_task(self, name, kwargs=None, queue=None, expires=None):
+    def send_task(self, name, kwargs=None, queue=None, **options):
         self.sent.append({"name": name, "queue": queue, "kwargs": kwargs or {}})
 
 
@@ -103,7 +102,7 @@ def test_what_the_agent_reports_the_control_plane_accepts_and_acts_on(
     from gpurental.rentals.tasks import instance_report
 
     host, instance = launched
-    host_agent.reporter.token = host.token
+    host_agent.reporter.key = protocol.host_key(host.token)
     host_agent.start(hostcalls.container_spec(instance))
     host_agent.refresh_state()
     host_agent.heartbeat()
@@ -129,7 +128,7 @@ def test_an_agent_given_a_spec_version_it_does_not_know_refuses_it_clearly(
     from gpurental.rentals.tasks import instance_report
 
     host, instance = launched
-    host_agent.reporter.token = host.token
+    host_agent.reporter.key = protocol.host_key(host.token)
     spec = {**hostcalls.container_spec(instance), "spec_version": protocol.SPEC_VERSION + 1}
     host_agent.start(spec)
     assert host_agent.memory.running == {}  # nothing started
@@ -177,10 +176,6 @@ def test_the_control_plane_registers_every_report_task_and_handles_every_report_
     app.loader.import_default_modules()
     assert set(protocol.CONTROL_TASKS) <= set(app.tasks)
     assert set(REPORTS) == set(protocol.REPORT_KINDS) - {"error"}  # errors are logged only
-    # What the agent's reporter sends, the control tasks take as keyword arguments.
-    heartbeat = inspect.signature(app.tasks[protocol.HEARTBEAT].run).parameters
-    sent = inspect.signature(ControlReporter.heartbeat).parameters
-    assert set(sent) - {"self"} <= set(heartbeat)
 
 
 def test_both_sides_use_the_same_redis_keys():
@@ -205,3 +200,52 @@ def test_commands_go_to_the_hosts_own_queue_only_once_committed(
         assert captured == []  # not before the transaction commits
     queue = protocol.host_queue("node1")
     assert captured == [(protocol.STOP, queue), (protocol.REMOVE, queue)]
+
+
+def test_a_forged_command_to_another_host_does_nothing(launched, host_agent, make_host, a100):
+    """Host B (or anyone who can publish to host A's queue) forges a remove for A's
+    instance: without A's key the agent refuses it."""
+    from gpurental.agent import worker
+
+    host, instance = launched
+    other = make_host("node2", a100)
+    host_agent.reporter.key = protocol.host_key(host.token)
+    host_agent.memory.running[str(instance.pk)] = "kept"
+    worker.set_agent(host_agent)
+    app = Celery("forgery-test", broker="memory://")
+    worker._register(app)
+    remove = app.tasks[protocol.REMOVE]
+    forged = [
+        protocol.sign(
+            protocol.host_key(other.token), {"host": "node1", "instance_id": str(instance.pk)}
+        ),
+        {"host": "node1", "instance_id": str(instance.pk)},  # unsigned
+        protocol.sign(host.token_hash, {"host": "node2", "instance_id": str(instance.pk)}),
+    ]
+    try:
+        for message in forged:
+            remove.run(**message)
+        assert host_agent.memory.running == {str(instance.pk): "kept"}
+        genuine = {"host": "node1", "instance_id": str(instance.pk)}
+        remove.run(**protocol.sign(host.token_hash, genuine))
+        assert host_agent.memory.running == {}
+    finally:
+        worker.set_agent(None)
+
+
+def test_a_report_about_another_hosts_instance_is_refused_and_audited(
+    launched, make_host, a100, django_capture_on_commit_callbacks
+):
+    from gpurental.accounts.models import AuditEvent
+    from gpurental.rentals.tasks import instance_report
+    from tests.messages import signed
+
+    _, instance = launched
+    other = make_host("node2", a100)
+    with django_capture_on_commit_callbacks(execute=True):
+        instance_report(**signed(other, instance_id=str(instance.pk), kind="removed", data={}))
+        instance_report(**signed(other, instance_id="not-a-uuid", kind="running", data={"port": 1}))
+    instance.refresh_from_db()
+    assert instance.status == S.PENDING
+    refused = AuditEvent.objects.get(action="host.report_refused", object_repr="node2")
+    assert "is not on this host" in refused.changes["why"]

@@ -1,4 +1,5 @@
-"""How the agent talks back: tasks sent to the control queue, each carrying the host token."""
+"""How the agent talks back: tasks sent to the control queue, each signed with the host's
+key (``protocol.sign``); the join token itself never leaves the host."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ class ControlReporter:
     def __init__(self, app: Celery, *, host_name: str, token: str):
         self.app = app
         self.host_name = host_name
-        self.token = token
+        self.key = protocol.host_key(token)
 
-    def _send(self, name: str, expires: float | None = None, **kwargs) -> None:
+    def _send(self, name: str, expires: float | None = None, **payload) -> None:
         self.app.send_task(
             name,
-            kwargs={"host": self.host_name, "token": self.token, **kwargs},
+            kwargs=protocol.sign(self.key, {"host": self.host_name, **payload}),
             queue=protocol.CONTROL_QUEUE,
             expires=expires,
+            # Publish only: declaring the control queue would need a broker permission an
+            # agent's account does not have (and must not: it could delete the queue).
+            declare=[],
         )
 
     def heartbeat(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery
 
 from gpurental import protocol
 from gpurental.agent.config import AgentConfig
 from gpurental.agent.host import HostAgent
 
+log = logging.getLogger(__name__)
 _agent: HostAgent | None = None
 
 
@@ -37,14 +40,29 @@ def _current() -> HostAgent:
     return _agent
 
 
+def _accepted(message: dict) -> dict | None:
+    """The payload of a command signed by the control plane for this host; None (logged)
+    for anything else: a forged or misdirected command does nothing here."""
+    agent = _current()
+    try:
+        return protocol.verify(agent.reporter.key, message, host=agent.reporter.host_name)
+    except protocol.Forged as exc:
+        log.warning(
+            "command refused (%s): %s", exc, {k: message.get(k) for k in ("host", "instance_id")}
+        )
+        return None
+
+
 def _register(app: Celery) -> None:
     @app.task(name=protocol.START)
-    def instance_start(spec: dict) -> None:
-        _current().start(spec)
+    def instance_start(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            _current().start(payload["spec"])
 
     @app.task(name=protocol.RESTART)
-    def instance_restart(spec: dict) -> None:
-        _current().restart(spec)
+    def instance_restart(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            _current().restart(payload["spec"])
 
     # Stop and remove are retried a few times: the engine may be briefly busy.
     @app.task(
@@ -53,8 +71,9 @@ def _register(app: Celery) -> None:
         max_retries=3,
         default_retry_delay=5,
     )
-    def instance_stop(instance_id: str) -> None:
-        _current().stop(instance_id)
+    def instance_stop(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            _current().stop(payload["instance_id"])
 
     @app.task(
         name=protocol.REMOVE,
@@ -62,5 +81,6 @@ def _register(app: Celery) -> None:
         max_retries=3,
         default_retry_delay=5,
     )
-    def instance_remove(instance_id: str) -> None:
-        _current().remove(instance_id)
+    def instance_remove(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            _current().remove(payload["instance_id"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import secrets
@@ -11,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from gpurental import protocol
 from gpurental.accounts.models import AuditEvent, User
 from gpurental.accounts.services import audit_record
 from gpurental.agent.sampler import telemetry_url_from_broker
@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def _hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    # Also the host's signing key (protocol.host_key): the token itself is never stored.
+    return protocol.host_key(token)
 
 
 def host_token_matches(*, host: Host, token: str) -> bool:
@@ -107,25 +108,53 @@ def host_simulated_gpus_ensure(*, host: Host, model: GPUModel, count: int) -> li
     return gpus
 
 
-class HeartbeatRefused(Exception):
+class MessageRefused(Exception):
     pass
 
 
-def _refuse_heartbeat(*, name: str, why: str, now: datetime) -> None:
+def refuse_message(*, name: str, what: str, why: str, now: datetime) -> None:
+    """Record a refused message from a host (in the audit log) and raise MessageRefused."""
     # A misconfigured agent beats every few seconds: record it once a minute, not 720 times an hour.
+    action = f"host.{what}_refused"
     recent = AuditEvent.objects.filter(
-        action="host.heartbeat_refused",
-        object_repr=name[:200],
-        created_at__gte=now - timedelta(minutes=1),
+        action=action, object_repr=name[:200], created_at__gte=now - timedelta(minutes=1)
     )
     if not recent.exists():
         AuditEvent.objects.create(
-            action="host.heartbeat_refused",
-            object_type="fleet.host",
-            object_repr=name[:200],
-            changes={"why": why},
+            action=action, object_type="fleet.host", object_repr=name[:200], changes={"why": why}
         )
-    raise HeartbeatRefused(f"heartbeat from {name!r} refused: {why}")
+    raise MessageRefused(f"{what} from {name!r} refused: {why}")
+
+
+def host_message_verify(*, message: dict, what: str, now: datetime) -> tuple[Host, dict]:
+    """The host that signed ``message`` and its payload; refused (and audited) when no such
+    host exists or the signature is not that host's."""
+    name = str(message.get("host", ""))[:63]
+    host = Host.objects.filter(name=name).first()
+    if host is None:
+        refuse_message(name=name, what=what, why="no host of that name", now=now)
+    try:
+        return host, protocol.verify(host.token_hash, message, host=host.name)
+    except protocol.Forged as exc:
+        refuse_message(name=name, what=what, why=str(exc), now=now)
+        raise  # unreachable: refuse_message raises
+
+
+def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
+    """A heartbeat as it comes off the control queue: verified, then recorded."""
+    host, beat = host_message_verify(message=message, what="heartbeat", now=now)
+    inventory, containers = beat.get("inventory"), beat.get("containers")
+    return host_heartbeat_record(
+        host=host,
+        inventory=None if inventory is None else list(inventory),
+        containers=None if containers is None else dict(containers),
+        containers_listed_at=beat.get("containers_listed_at"),
+        runtime=str(beat.get("runtime", "")),
+        gpu_source=str(beat.get("gpu_source", "")),
+        agent_version=str(beat.get("agent_version", "")),
+        sent_at=beat.get("sent_at"),
+        now=now,
+    )
 
 
 def _gpu_models_by_nvml_name() -> dict[str, GPUModel]:
@@ -172,8 +201,7 @@ def host_inventory_sync(*, host: Host, inventory: list[dict]) -> None:
 
 def host_heartbeat_record(
     *,
-    name: str,
-    token: str,
+    host: Host,
     inventory: list[dict] | None,
     containers: dict[str, str] | None,
     runtime: str,
@@ -183,18 +211,13 @@ def host_heartbeat_record(
     now: datetime,
     containers_listed_at: float | None = None,
 ) -> Host:
-    """Record a heartbeat: refuse a wrong token; sync GPUs; reconcile the host's containers.
+    """Record a verified heartbeat: sync GPUs; reconcile the host's containers.
 
     The beat's own time (when the agent sent it) is the host's liveness, however late it is
     read. The inventory and container list come when the agent has them (None otherwise),
     each judged by the time it was taken."""
     from gpurental.rentals.services.reconcile import host_containers_reconcile
 
-    host = Host.objects.filter(name=name).first()
-    if host is None:
-        _refuse_heartbeat(name=name, why="no host of that name", now=now)
-    if not host_token_matches(host=host, token=token):
-        _refuse_heartbeat(name=name, why="wrong token", now=now)
     observed_at = _agent_time(sent_at, now) if sent_at else now
     with transaction.atomic():
         host = Host.objects.select_for_update().get(pk=host.pk)

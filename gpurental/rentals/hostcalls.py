@@ -17,15 +17,18 @@ from gpurental.rentals.selectors import instance_gpus
 def _send_spec(instance: Instance, task: str) -> None:
     # A start that waited longer than the launch timeout is stale: reconciliation has
     # failed that launch by then, so the agent must not act on it.
-    queue, spec = instance.host.queue, container_spec(instance)
+    host = instance.host
+    message = _signed(host, spec=container_spec(instance))
     transaction.on_commit(
         lambda: app.send_task(
-            task,
-            kwargs={"spec": spec},
-            queue=queue,
-            expires=settings.LAUNCH_TIMEOUT,
+            task, kwargs=message, queue=host.queue, expires=settings.LAUNCH_TIMEOUT
         )
     )
+
+
+def _signed(host, **payload) -> dict:
+    """Signed with the host's key: its agent acts only on messages from the control plane."""
+    return protocol.sign(host.token_hash, {"host": host.name, **payload})
 
 
 def container_spec(instance: Instance) -> dict:
@@ -68,10 +71,8 @@ def remove(instance: Instance) -> None:
 
 
 def _send_id(host, task: str, instance_id: str) -> None:
-    queue = host.queue
-    transaction.on_commit(
-        lambda: app.send_task(task, kwargs={"instance_id": instance_id}, queue=queue)
-    )
+    message = _signed(host, instance_id=instance_id)
+    transaction.on_commit(lambda: app.send_task(task, kwargs=message, queue=host.queue))
 
 
 def stop_id(host, instance_id: str) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
+
+from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.celery_app import app
-from gpurental.fleet.models import Host
-from gpurental.fleet.services import host_token_matches
+from gpurental.fleet.services import MessageRefused, host_message_verify, refuse_message
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services import lifecycle, reservations
 from gpurental.rentals.services.reconcile import fleet_reconcile
@@ -34,22 +36,35 @@ REPORTS = {
     time_limit=30,
     soft_time_limit=25,
 )
-def instance_report(
-    *, host: str, token: str, instance_id: str, kind: str, data=None, sent_at=None
-) -> None:
-    """An agent's report about one of its instances; only that host's agent may report on it."""
-    reporter = Host.objects.filter(name=host).first()
-    if reporter is None or not host_token_matches(host=reporter, token=token):
-        log.warning("report from %r refused: unknown host or wrong token", host)
-        return
-    if not Instance.objects.filter(pk=instance_id, host=reporter).exists():
-        log.warning("report from %s about instance %s refused: not on that host", host, instance_id)
+def instance_report(**message) -> None:
+    """An agent's report about one of its instances: signed by that host, and about an
+    instance on that host; anything else is refused and audited."""
+    now = timezone.now()
+    try:
+        host, report = host_message_verify(message=message, what="report", now=now)
+        instance_id, kind = str(report.get("instance_id", "")), report.get("kind")
+        if not Instance.objects.filter(pk=_uuid_or_none(instance_id), host=host).exists():
+            refuse_message(
+                name=host.name,
+                what="report",
+                why=f"instance {instance_id[:64]!r} is not on this host",
+                now=now,
+            )
+    except MessageRefused as exc:
+        log.warning("%s", exc)
         return
     handler = REPORTS.get(kind)
     if handler is None:
-        log.warning("instance %s: %s report from %s: %s", instance_id, kind, host, data)
+        log.warning("instance %s: %s report from %s: %s", instance_id, kind, host.name, report)
         return
-    handler(instance_id, data or {})
+    handler(instance_id, report.get("data") or {})
+
+
+def _uuid_or_none(value: str):
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
 
 
 @app.task(name="gpurental.rentals.tasks.reconcile", time_limit=120, soft_time_limit=100)

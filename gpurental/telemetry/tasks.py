@@ -8,22 +8,26 @@ from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.celery_app import app
-from gpurental.fleet.models import Host
-from gpurental.fleet.services import host_token_matches
+from gpurental.fleet.services import MessageRefused, host_message_verify
 from gpurental.telemetry.services import idle_instances_check, rollups_expire, rollups_record
 
 log = logging.getLogger(__name__)
 
 
 @app.task(name=protocol.TELEMETRY, time_limit=60, soft_time_limit=50)
-def telemetry_record(*, host: str, token: str, minutes=(), simulated=False, sent_at=None) -> None:
-    """A host's finished per-minute GPU aggregates; only that host's agent may send them."""
-    reporter = Host.objects.filter(name=host).first()
-    if reporter is None or not host_token_matches(host=reporter, token=token):
-        log.warning("telemetry from %r refused: unknown host or wrong token", host)
+def telemetry_record(**message) -> None:
+    """A host's finished per-minute GPU aggregates, signed by that host's agent."""
+    now = timezone.now()
+    try:
+        host, batch = host_message_verify(message=message, what="telemetry", now=now)
+    except MessageRefused as exc:
+        log.warning("%s", exc)
         return
     rollups_record(
-        host=reporter, minutes=list(minutes or []), simulated=bool(simulated), now=timezone.now()
+        host=host,
+        minutes=list(batch.get("minutes") or []),
+        simulated=bool(batch.get("simulated")),
+        now=now,
     )
 
 

@@ -9,32 +9,37 @@ from django.utils import timezone
 
 from gpurental.accounts.models import AuditEvent
 from gpurental.fleet.models import HostStatus
-from gpurental.fleet.services import HeartbeatRefused, host_heartbeat_record
+from gpurental.fleet.services import MessageRefused, host_heartbeat_receive
 from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
+from tests.messages import signed
 
 S = InstanceStatus
 
 
 def beat(host, token=None, *, inventory=None, containers=None, sent_at=None, now=None):
     now = now or timezone.now()
-    return host_heartbeat_record(
-        name=host.name,
-        token=token if token is not None else host.token,
+    sent_at = sent_at if sent_at is not None else now.timestamp()
+    message = signed(
+        host,
+        token,
         inventory=inventory if inventory is not None else [],
         containers=containers or {},
+        containers_listed_at=sent_at,
         runtime="docker",
         gpu_source="simulated",
         agent_version="test",
-        sent_at=sent_at if sent_at is not None else now.timestamp(),
-        now=now,
+        sent_at=sent_at,
     )
+    return host_heartbeat_receive(message=message, now=now)
 
 
-def test_wrong_token_is_refused_and_recorded_once_a_minute(a100, make_host):
+def test_a_heartbeat_signed_with_a_wrong_token_is_refused_and_recorded_once_a_minute(
+    a100, make_host
+):
     host = make_host("node1", a100)
     for _ in range(3):
-        with pytest.raises(HeartbeatRefused, match="wrong token"):
+        with pytest.raises(MessageRefused, match="bad signature"):
             beat(host, token="forged")
     assert (
         AuditEvent.objects.filter(action="host.heartbeat_refused", object_repr="node1").count() == 1
@@ -45,7 +50,7 @@ def test_unknown_host_is_refused(db):
     class Ghost:
         name, token = "ghost", "x"
 
-    with pytest.raises(HeartbeatRefused, match="no host of that name"):
+    with pytest.raises(MessageRefused, match="no host of that name"):
         beat(Ghost)
 
 

@@ -10,11 +10,12 @@ from gpurental.accounts.models import AuditEvent
 from gpurental.billing.models import Charge
 from gpurental.billing.services.metering import meter_run
 from gpurental.fleet.models import HostStatus
-from gpurental.fleet.services import host_heartbeat_record
+from gpurental.fleet.services import host_heartbeat_receive
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.rentals.services.reconcile import fleet_reconcile
+from tests.messages import signed
 
 S = InstanceStatus
 
@@ -45,16 +46,17 @@ def beat(django_capture_on_commit_callbacks):
 
 def _beat(host, *, at, containers=None):
     """The host's agent heart-beats at ``at``, with the container list it took then."""
-    return host_heartbeat_record(
-        name=host.name,
-        token=host.token,
-        inventory=None,
-        containers=containers,
-        containers_listed_at=at.timestamp() if containers is not None else None,
-        runtime="docker",
-        gpu_source="simulated",
-        agent_version="test",
-        sent_at=at.timestamp(),
+    return host_heartbeat_receive(
+        message=signed(
+            host,
+            inventory=None,
+            containers=containers,
+            containers_listed_at=at.timestamp() if containers is not None else None,
+            runtime="docker",
+            gpu_source="simulated",
+            agent_version="test",
+            sent_at=at.timestamp(),
+        ),
         now=at,
     )
 
@@ -141,16 +143,17 @@ def test_a_container_list_taken_before_the_host_went_silent_does_not_bring_it_ba
     marked = last_beat + timedelta(minutes=1)
     fleet_reconcile(now=marked)
     # A beat sent later, carrying a list taken before the instance became unreachable.
-    host_heartbeat_record(
-        name=host.name,
-        token=host.token,
-        inventory=None,
-        containers={str(instance.pk): "running"},
-        containers_listed_at=(marked - timedelta(seconds=5)).timestamp(),
-        runtime="docker",
-        gpu_source="simulated",
-        agent_version="test",
-        sent_at=(marked + timedelta(seconds=5)).timestamp(),
+    host_heartbeat_receive(
+        message=signed(
+            host,
+            inventory=None,
+            containers={str(instance.pk): "running"},
+            containers_listed_at=(marked - timedelta(seconds=5)).timestamp(),
+            runtime="docker",
+            gpu_source="simulated",
+            agent_version="test",
+            sent_at=(marked + timedelta(seconds=5)).timestamp(),
+        ),
         now=marked + timedelta(seconds=5),
     )
     instance.refresh_from_db()
@@ -263,15 +266,16 @@ def test_a_late_heartbeat_counts_from_when_the_agent_sent_it(a100, make_host, se
     now = timezone.now()
     host = make_host("node1", a100, last_heartbeat_at=now - timedelta(minutes=2))
     sent_at = now - timedelta(seconds=40)
-    host_heartbeat_record(
-        name=host.name,
-        token=host.token,
-        inventory=None,
-        containers=None,
-        runtime="docker",
-        gpu_source="simulated",
-        agent_version="test",
-        sent_at=sent_at.timestamp(),
+    host_heartbeat_receive(
+        message=signed(
+            host,
+            inventory=None,
+            containers=None,
+            runtime="docker",
+            gpu_source="simulated",
+            agent_version="test",
+            sent_at=sent_at.timestamp(),
+        ),
         now=now,
     )
     host.refresh_from_db()

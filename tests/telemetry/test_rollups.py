@@ -15,6 +15,7 @@ from gpurental.telemetry import tasks
 from gpurental.telemetry.models import GpuMinute
 from gpurental.telemetry.selectors import instance_history, instance_usage
 from gpurental.telemetry.services import rollups_expire, rollups_record
+from tests.messages import signed
 
 pytestmark = pytest.mark.django_db
 
@@ -58,9 +59,7 @@ def test_the_agents_batches_become_rollups_through_the_control_task(node1, alice
     assert len(batches) == 2  # one a minute
     with time_machine.travel(T0 + timedelta(minutes=3), tick=False):
         for minutes, simulated in batches:
-            tasks.telemetry_record(
-                host="node1", token=node1.token, minutes=minutes, simulated=simulated
-            )
+            tasks.telemetry_record(**signed(node1, minutes=minutes, simulated=simulated))
     rows = GpuMinute.objects.filter(host=node1).order_by("minute", "gpu_index")
     assert rows.count() == 8  # 2 finished minutes × 4 GPUs
     held = rows.get(gpu_index=gpu, minute=T0 + timedelta(minutes=1))
@@ -68,12 +67,13 @@ def test_the_agents_batches_become_rollups_through_the_control_task(node1, alice
     assert rows.filter(instance__isnull=False).count() == 2
 
 
-def test_a_wrong_token_writes_nothing(node1):
+def test_a_wrong_signature_writes_nothing(node1):
     recent = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
-    tasks.telemetry_record(host="node1", token="nope", minutes=[row(recent, 0, 50)], simulated=True)
-    tasks.telemetry_record(host="ghost", token=node1.token, minutes=[row(recent, 0, 50)])
+    tasks.telemetry_record(**signed(node1, "nope", minutes=[row(recent, 0, 50)], simulated=True))
+    ghost = {**signed(node1, minutes=[row(recent, 0, 50)]), "host": "ghost"}
+    tasks.telemetry_record(**ghost)
     assert not GpuMinute.objects.exists()
-    tasks.telemetry_record(host="node1", token=node1.token, minutes=[row(recent, 0, 50)])
+    tasks.telemetry_record(**signed(node1, minutes=[row(recent, 0, 50)]))
     assert GpuMinute.objects.count() == 1
 
 
