@@ -65,6 +65,15 @@ def host_queue(host_name: str) -> str:
     return f"host.{host_name}"
 
 
+def report_route(broker_url: str) -> dict:
+    """How an agent addresses the control queue. On RabbitMQ through the ``control``
+    exchange, which a host's account may write to (the default exchange, which would
+    reach every queue by name, it may not); elsewhere (the single-box Redis) by name."""
+    if broker_url.startswith(("amqp://", "amqps://", "pyamqp://")):
+        return {"exchange": CONTROL_QUEUE, "routing_key": CONTROL_QUEUE}
+    return {"queue": CONTROL_QUEUE}
+
+
 # --- commands: control plane → agent ------------------------------------------
 
 START = "gpurental.agent.instance_start"

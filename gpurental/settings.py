@@ -188,6 +188,9 @@ X_FRAME_OPTIONS = "DENY"
 
 # --- Redis: Celery broker, channel layer ------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or celery_url(REDIS_URL)
+# With an amqp:// broker: the RabbitMQ management API, to give each host its own account
+# (it may consume only host.<name> and publish only to the control exchange).
+RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_TASK_ACKS_LATE = False

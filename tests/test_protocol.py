@@ -25,6 +25,7 @@ class CapturingApp:
 
     def __init__(self):
         self.sent: list[dict] = []
+        self.conf = Celery("capturing", broker="redis://").conf
 
     def send_task(self, name, kwargs=None, queue=None, **options):
         self.sent.append({"name": name, "queue": queue, "kwargs": kwargs or {}})

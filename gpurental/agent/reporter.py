@@ -18,16 +18,17 @@ class ControlReporter:
         self.app = app
         self.host_name = host_name
         self.key = protocol.host_key(token)
+        self.route = protocol.report_route(str(app.conf.broker_url or ""))
 
     def _send(self, name: str, expires: float | None = None, **payload) -> None:
         self.app.send_task(
             name,
             kwargs=protocol.sign(self.key, {"host": self.host_name, **payload}),
-            queue=protocol.CONTROL_QUEUE,
             expires=expires,
             # Publish only: declaring the control queue would need a broker permission an
             # agent's account does not have (and must not: it could delete the queue).
             declare=[],
+            **self.route,
         )
 
     def heartbeat(

@@ -23,6 +23,9 @@ def make_app(config: AgentConfig) -> Celery:
         task_time_limit=int(config.ready_timeout) + 300,
         task_soft_time_limit=int(config.ready_timeout) + 240,
         broker_connection_retry_on_startup=True,
+        # No remote control: its pidbox exchange is one more thing a host's broker account
+        # would need the right to declare.
+        worker_enable_remote_control=False,
         worker_hijack_root_logger=False,
     )
     _register(app)

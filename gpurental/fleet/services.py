@@ -15,6 +15,7 @@ from gpurental.accounts.models import AuditEvent, User
 from gpurental.accounts.services import audit_record
 from gpurental.agent.sampler import telemetry_url_from_broker
 from gpurental.catalog.models import GPUModel
+from gpurental.fleet import broker
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
 
 log = logging.getLogger(__name__)
@@ -31,15 +32,22 @@ def host_token_matches(*, host: Host, token: str) -> bool:
 
 def host_join_command(*, host: Host, token: str) -> str:
     """The command an operator runs on the GPU server to start its agent."""
-    broker = settings.CELERY_BROKER_URL
+    if broker.accounts_enabled():
+        # Production: the host's own broker account, Docker by name, and nothing else.
+        url = broker.agent_broker_url(host_name=host.name, password=token)
+        return (
+            f"GPURENTAL_BROKER_URL='{url}' GPURENTAL_HOST_NAME='{host.name}' "
+            f"GPURENTAL_HOST_TOKEN='{token}' GPURENTAL_RUNTIME='docker' python -m gpurental.agent"
+        )
+    broker_url = settings.CELERY_BROKER_URL
     # The agent derives the channel layer (live telemetry) from a Redis broker; when that
     # is not the web's channel layer (a RabbitMQ broker, another Redis), it is told.
     layer = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
     layer = layer["address"] if isinstance(layer, dict) else layer
-    derived = telemetry_url_from_broker(broker)
+    derived = telemetry_url_from_broker(broker_url)
     telemetry = "" if derived == layer else f"GPURENTAL_TELEMETRY_URL='{layer}' "
     return (
-        f"GPURENTAL_BROKER_URL='{broker}' {telemetry}GPURENTAL_HOST_NAME='{host.name}' "
+        f"GPURENTAL_BROKER_URL='{broker_url}' {telemetry}GPURENTAL_HOST_NAME='{host.name}' "
         f"GPURENTAL_HOST_TOKEN='{token}' python -m gpurental.agent"
     )
 
@@ -58,6 +66,8 @@ def host_create(
         name=name, address=address, gpu_source=gpu_source, token_hash=_hash_token(token)
     )
     audit_record(action="host.create", actor=actor, obj=host)
+    if broker.accounts_enabled():  # refused by the broker: no host either (rolled back)
+        broker.broker_account_ensure(host_name=host.name, password=token)
     return host, token
 
 
@@ -67,6 +77,8 @@ def host_rotate_token(*, host: Host, actor: User | None = None) -> str:
     Host.objects.filter(pk=host.pk).update(token_hash=_hash_token(token))
     host.token_hash = _hash_token(token)
     audit_record(action="host.rotate_token", actor=actor, obj=host)
+    if broker.accounts_enabled():
+        broker.broker_account_ensure(host_name=host.name, password=token)
     return token
 
 
