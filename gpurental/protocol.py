@@ -82,8 +82,8 @@ STOP = "gpurental.agent.instance_stop"
 REMOVE = "gpurental.agent.instance_remove"
 AGENT_TASKS = (START, RESTART, STOP, REMOVE)
 
-SPEC_VERSION = 1
-# Every field of a version-1 start spec; ``spec_version`` says which set it is.
+SPEC_VERSION = 2
+# Every field of a version-2 start spec (version 1 carried a host path to mount); ``spec_version`` says which set it is.
 SPEC_FIELDS = frozenset(
     {
         "spec_version",
@@ -98,7 +98,7 @@ SPEC_FIELDS = frozenset(
         "pids_limit",
         "container_port",
         "env",
-        "hf_cache_dir",
+        "mount_model_cache",
         "command",
     }
 )

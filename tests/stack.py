@@ -92,12 +92,16 @@ def remove_leftovers(docker_client, host_name: str) -> None:
 @pytest.fixture
 def agent(control_worker, docker_client, catalog, tmp_path):
     host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
+    hf_cache = tmp_path / "hf-cache"
+    (hf_cache / "hub").mkdir(parents=True)
     agent = AgentProcess(
         broker_url=django_settings.CELERY_BROKER_URL,
         host_name=host.name,
         token=token,
         log_path=tmp_path / "agent.log",
+        GPURENTAL_HF_CACHE_DIR=str(hf_cache),
     )
+    agent.hf_cache = hf_cache
     agent.start()
     wait_for(
         lambda: Host.objects.get(pk=host.pk).gpus.count() == 2,

@@ -55,17 +55,20 @@ def choose_runtime(config: AgentConfig):
         if problem:
             raise ConfigError(f"GPURENTAL_RUNTIME=docker but {problem}")
         return make_runtime("docker", **docker_kwargs), "docker"
-    if problem:
-        return make_runtime("process", **process_kwargs), f"process, because {problem}"
-    runtime = make_runtime("docker", **docker_kwargs)
-    try:
-        runtime.client.images.get(config.check_image)
-    except Exception:  # noqa: BLE001 - any lookup failure means "not usable"
-        return (
-            make_runtime("process", **process_kwargs),
-            f"process, because image {config.check_image} is missing (run `make images` to use Docker)",
+    if not problem:
+        runtime = make_runtime("docker", **docker_kwargs)
+        try:
+            runtime.client.images.get(config.check_image)
+            return runtime, "docker"
+        except Exception:  # noqa: BLE001 - any lookup failure means "not usable"
+            problem = f"image {config.check_image} is missing (run `make images` to use Docker)"
+    # Customer code outside a container runs with the agent's own rights: only on request.
+    if not config.debug:
+        raise ConfigError(
+            f"no usable Docker Engine: {problem}. A GPU host runs customer code only in Docker; "
+            "fix that, or for a demo set GPURENTAL_RUNTIME=process (no isolation) or DEBUG=1"
         )
-    return runtime, "docker"
+    return make_runtime("process", **process_kwargs), f"process (DEBUG is on), because {problem}"
 
 
 def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: ControlReporter):
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         reporter=reporter,
         bind_address=config.bind_address,
         holdings=holdings,
+        hf_cache_dir=config.hf_cache_dir,
     )
     set_agent(agent)
     sampler, publisher, sampler_why = make_sampler(config, source, holdings, reporter)

@@ -48,6 +48,8 @@ class AgentConfig:
     telemetry_layer: str = "core"  # the web's CHANNEL_LAYER_BACKEND: core | pubsub
     sample_interval: float = 1.0
     telemetry_batch_interval: float = 60.0
+    hf_cache_dir: str = ""  # the host's shared Hugging Face cache, mounted read-only on request
+    debug: bool = False  # DEBUG=1: the process runtime may stand in for a missing Docker
 
     @property
     def live_telemetry_url(self) -> str | None:
@@ -110,6 +112,8 @@ class AgentConfig:
             telemetry_layer=env.get("GPURENTAL_TELEMETRY_LAYER", "core"),
             sample_interval=_positive(env, "GPURENTAL_SAMPLE_INTERVAL", "1"),
             telemetry_batch_interval=_positive(env, "GPURENTAL_TELEMETRY_BATCH_INTERVAL", "60"),
+            hf_cache_dir=env.get("GPURENTAL_HF_CACHE_DIR", ""),
+            debug=env.get("DEBUG", "").lower() in {"1", "true", "yes", "on"},
         )
 
 

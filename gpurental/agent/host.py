@@ -48,11 +48,14 @@ class HostAgent:
         reporter: ControlReporter,
         bind_address: str,
         holdings: Holdings | None = None,
+        hf_cache_dir: str = "",
     ):
         self.runtime = runtime
         self.source = source
         self.reporter = reporter
         self.bind_address = bind_address
+        # Host paths come from the agent's own configuration, never from a message.
+        self.hf_cache_dir = hf_cache_dir
         # Which GPUs each running instance holds, for the sampler (telemetry only).
         self.holdings = holdings if holdings is not None else Holdings()
         self._state_lock = threading.Lock()
@@ -73,6 +76,13 @@ class HostAgent:
         for key in ("gpu_indices", "gpu_uuids", "command"):
             data[key] = tuple(data.get(key) or ())
         data["bind_address"] = self.bind_address
+        if data.pop("mount_model_cache", False):
+            if not self.hf_cache_dir:
+                raise ValueError(
+                    "this host's agent has no Hugging Face model cache configured "
+                    "(GPURENTAL_HF_CACHE_DIR); launch without model_repo"
+                )
+            data["hf_cache_dir"] = self.hf_cache_dir
         return ContainerSpec(**data)
 
     @staticmethod

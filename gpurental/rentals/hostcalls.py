@@ -35,7 +35,6 @@ def container_spec(instance: Instance) -> dict:
     gpus = instance_gpus(instance)
     plan, image, host = instance.plan, instance.image, instance.host
     env = {str(k): str(v) for k, v in (image.env or {}).items()}
-    hf_cache = host.hf_cache_dir if instance.mount_model_cache else None
     return {
         "spec_version": protocol.SPEC_VERSION,
         "instance_id": str(instance.id),
@@ -49,7 +48,8 @@ def container_spec(instance: Instance) -> dict:
         "pids_limit": settings.INSTANCE_PIDS_LIMIT,
         "container_port": image.port,
         "env": env,
-        "hf_cache_dir": hf_cache or None,
+        # Whether to mount the host's model cache; the path is the agent's own setting.
+        "mount_model_cache": bool(instance.mount_model_cache),
         "command": list(image.command or []),
     }
 

@@ -3,6 +3,8 @@ the control plane, and that two instances never run on one GPU of this host."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from gpurental import protocol
@@ -57,7 +59,7 @@ def start(agent, started, spec) -> None:
             "pids_limit": spec.pids_limit,
             "container_port": spec.container_port,
             "env": dict(spec.env),
-            "hf_cache_dir": None,
+            "mount_model_cache": False,
             "command": list(spec.command),
         }
     )
@@ -89,3 +91,36 @@ def test_starts_on_other_gpus_leave_each_other_alone(agent, make_spec):
     assert agent.reporter.kinds(first.instance_id)[-1] == "running"
     assert agent.reporter.kinds(second.instance_id)[-1] == "running"
     assert agent.runtime.list_instances().get(first.instance_id) == "running"
+
+
+def test_the_model_cache_mounted_is_the_agents_own_never_a_path_from_a_message(tmp_path):
+    agent = HostAgent(
+        runtime=make_runtime("process", base_dir=tmp_path / "i", ready_timeout_s=5),
+        source=SimulatedSource(host_name="node1", count=1),
+        reporter=RecordingReporter(),
+        bind_address="127.0.0.1",
+        hf_cache_dir="/srv/models",
+    )
+    spec = {"instance_id": str(uuid.uuid4()), "gpu_indices": [0], "mount_model_cache": True}
+    assert agent._spec({**spec, **_minimal()}).hf_cache_dir == "/srv/models"
+    assert agent._spec({**spec, **_minimal(), "mount_model_cache": False}).hf_cache_dir is None
+    with pytest.raises(protocol.SpecRefused, match="unknown"):
+        protocol.spec_check({**_full(), "hf_cache_dir": "/var/run"})  # the old, dangerous field
+    agent.hf_cache_dir = ""
+    with pytest.raises(ValueError, match="GPURENTAL_HF_CACHE_DIR"):
+        agent._spec({**spec, **_minimal()})
+
+
+def _minimal() -> dict:
+    return {
+        "image": "i",
+        "token": "t",
+        "gpu_uuids": [],
+        "gpu_source": "simulated",
+        "cpu_count": 1.0,
+        "memory_mb": 512,
+    }
+
+
+def _full() -> dict:
+    return dict.fromkeys(protocol.SPEC_FIELDS, "x") | {"spec_version": protocol.SPEC_VERSION}

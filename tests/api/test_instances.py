@@ -63,7 +63,7 @@ def test_model_repo_huggingface_mounts_the_cache(launch_via_api, node, image, se
     response = launch_via_api(body)
     assert response.status_code == 201
     assert Instance.objects.get(pk=response.json()["id"]).mount_model_cache
-    assert sent[0]["spec"]["hf_cache_dir"] == "/srv/hf"
+    assert sent[0]["spec"]["mount_model_cache"] is True
 
 
 def test_model_repo_without_a_host_cache_is_refused(launch_via_api, node, image):

@@ -30,8 +30,7 @@ def pytorch_image(db):
 def test_the_articles_snippet_runs_as_written(
     web_server, agent, catalog, pytorch_image, alice, tmp_path, docker_client
 ):
-    cache = tmp_path / "hf-cache"
-    (cache / "hub").mkdir(parents=True)
+    cache = agent.hf_cache  # the agent's own GPURENTAL_HF_CACHE_DIR
     Host.objects.filter(name=agent.host.name).update(hf_cache_dir=str(cache))
     _, api_key = api_key_create(user=alice, name="sdk test")
     credit_add(user=alice, amount=Decimal("10.00"), description="test credit")

@@ -156,7 +156,8 @@ def test_model_cache_needs_a_host_that_has_one(alice, a100, make_host, sent, lau
     assert not Allocation.objects.exists()
 
 
-def test_model_cache_is_mounted_where_configured(alice, a100, make_host, sent, launch):
+def test_model_cache_is_asked_for_but_its_path_is_never_sent(alice, a100, make_host, sent, launch):
     make_host("node1", a100, hf_cache_dir="/srv/hf")
     launch(alice, gpu_model=a100, gpu_count=1, mount_model_cache=True)
-    assert sent[0]["spec"]["hf_cache_dir"] == "/srv/hf"
+    assert sent[0]["spec"]["mount_model_cache"] is True
+    assert "/srv/hf" not in str(sent[0])  # the agent mounts its own configured path
