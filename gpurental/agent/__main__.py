@@ -13,6 +13,7 @@ from gpurental.agent.gpus import NvmlUnavailable, make_source
 from gpurental.agent.host import HeartbeatThread, HostAgent, HostStateThread
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import docker_problem, make_runtime
+from gpurental.agent.runtimes.network import NetworkSetupError
 from gpurental.agent.sampler import ChannelPublisher, Sampler, SamplerThread
 from gpurental.agent.worker import make_app, set_agent
 
@@ -54,14 +55,15 @@ def choose_runtime(config: AgentConfig):
     if config.runtime == "docker":
         if problem:
             raise ConfigError(f"GPURENTAL_RUNTIME=docker but {problem}")
-        return make_runtime("docker", **docker_kwargs), "docker"
+        return _prepared(make_runtime("docker", **docker_kwargs), config)
     if not problem:
         runtime = make_runtime("docker", **docker_kwargs)
         try:
             runtime.client.images.get(config.check_image)
-            return runtime, "docker"
         except Exception:  # noqa: BLE001 - any lookup failure means "not usable"
             problem = f"image {config.check_image} is missing (run `make images` to use Docker)"
+        else:
+            return _prepared(runtime, config)
     # Customer code outside a container runs with the agent's own rights: only on request.
     if not config.debug:
         raise ConfigError(
@@ -69,6 +71,17 @@ def choose_runtime(config: AgentConfig):
             "fix that, or for a demo set GPURENTAL_RUNTIME=process (no isolation) or DEBUG=1"
         )
     return make_runtime("process", **process_kwargs), f"process (DEBUG is on), because {problem}"
+
+
+def _prepared(runtime, config: AgentConfig):
+    """The Docker runtime with its tenant network and firewall, and a banner line."""
+    try:
+        runtime.prepare_host()
+    except NetworkSetupError as exc:
+        if not config.debug:
+            raise ConfigError(f"the tenant network could not be set up: {exc}") from exc
+        return runtime, f"docker, WITHOUT the tenant firewall ({exc}; DEBUG is on: demo only)"
+    return runtime, "docker, on the tenant network"
 
 
 def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: ControlReporter):

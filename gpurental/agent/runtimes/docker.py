@@ -21,8 +21,9 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest, LogConfig, Mount
 
+from . import network
 from .base import (
     LABEL_HOST,
     LABEL_INSTANCE,
@@ -39,6 +40,7 @@ from .base import (
 
 WORKSPACE = "/workspace"
 HF_CACHE_MOUNT = "/models/huggingface"
+LOG_MAX_SIZE, LOG_MAX_FILES = "10m", 3  # at most 30 MB of logs per container
 _GONE_STATES = ("exited", "dead")
 _NO_GPU_DRIVER = "could not select device driver"
 
@@ -102,6 +104,12 @@ def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
         "cap_drop": ["ALL"],
         "privileged": False,
         "device_requests": device_requests,
+        # On the tenant network (network.py): no traffic to other containers, the host
+        # or private ranges; logs capped so a chatty kernel cannot fill the host's disk.
+        "network": network.NETWORK,
+        "log_config": LogConfig(
+            type="json-file", config={"max-size": LOG_MAX_SIZE, "max-file": str(LOG_MAX_FILES)}
+        ),
     }
 
 
@@ -141,6 +149,12 @@ class DockerRuntime:
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.host_name = host_name
+
+    def prepare_host(self) -> None:
+        """The tenant network and its firewall (network.py); the agent calls it at start."""
+        with _engine_errors("set up the tenant network"):
+            network.ensure_network(self.client)
+        network.ensure_firewall()
 
     # --- images -----------------------------------------------------------
 
@@ -258,6 +272,8 @@ class DockerRuntime:
                 "create it or unset the host's model cache setting"
             )
         self._ensure_volume(spec.instance_id)
+        with _engine_errors("set up the tenant network"):
+            network.ensure_network(self.client)
         progress(f"creating container from {spec.image}")
         with _engine_errors(f"create the container of instance {spec.instance_id}"):
             try:
