@@ -15,8 +15,17 @@ from pathlib import Path
 
 class AgentProcess:
     def __init__(
-        self, *, broker_url: str, host_name: str, token: str, log_path: Path, **settings: str
+        self,
+        *,
+        broker_url: str,
+        host_name: str,
+        token: str,
+        log_path: Path,
+        prefix: tuple[str, ...] = (),
+        **settings: str,
     ):
+        """``prefix``: a command to run the agent under, e.g. ``ip netns exec NAME``."""
+        self.prefix = tuple(prefix)
         self.env = {
             **{
                 k: v
@@ -40,7 +49,7 @@ class AgentProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(  # noqa: S603 - our own module
-            [sys.executable, "-m", "gpurental.agent"],
+            [*self.prefix, sys.executable, "-m", "gpurental.agent"],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

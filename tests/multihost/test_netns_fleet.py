@@ -1,0 +1,202 @@
+"""Three hosts for real: three agent processes, each in its own network namespace with its
+own address, reaching the broker only over its own link, against one control plane and
+one Docker Engine. Placement spreads, a reservation lands on its host, and a host whose
+link goes down is unreachable, then running again with its files when the link returns.
+
+Each "host" is a namespace ``gprh<i>-…`` with 10.214.<i>.2, linked by a veth pair to
+10.214.<i>.1 in the root namespace, where the test forwards its broker and where Docker
+publishes that host's JupyterLab ports.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.request
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from gpurental.billing.services.credits import credit_add
+from gpurental.fleet.models import Host
+from gpurental.fleet.services import host_create
+from gpurental.rentals.models import Instance, InstanceStatus
+from gpurental.rentals.services import lifecycle as lc
+from gpurental.rentals.services import reservations as rs
+from gpurental.rentals.services.reconcile import fleet_reconcile
+from gpurental.testing.agent_process import AgentProcess, wait_for
+from gpurental.testing.tcp_proxy import TcpProxy
+from tests.factories import PlanFactory
+from tests.stack import remove_leftovers
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+S = InstanceStatus
+HOSTS = 3
+BROKER_PORT = 6390
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, check=check)  # noqa: S603
+
+
+def broker_target() -> tuple[str | tuple[str, int], str]:
+    """Where the test's Redis is, and the database path of its URL."""
+    url = urlsplit(django_settings.REDIS_URL)
+    if url.scheme == "unix":
+        return url.path, "/0"
+    return (url.hostname, url.port or 6379), url.path or "/0"
+
+
+class NetnsHost:
+    def __init__(self, index: int, suffix: str):
+        self.index = index
+        self.ns = f"gprh{index}-{suffix}"
+        self.outer, self.inner = f"gprh{index}{suffix}a", f"gprh{index}{suffix}b"
+        self.root_ip, self.own_ip = f"10.214.{index}.1", f"10.214.{index}.2"
+
+    def up(self) -> None:
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "link", "add", self.outer, "type", "veth", "peer", "name", self.inner)
+        sh("ip", "link", "set", self.inner, "netns", self.ns)
+        sh("ip", "addr", "add", f"{self.root_ip}/24", "dev", self.outer)
+        sh("ip", "link", "set", self.outer, "up")
+        run = ("ip", "netns", "exec", self.ns)
+        sh(*run, "ip", "addr", "add", f"{self.own_ip}/24", "dev", self.inner)
+        sh(*run, "ip", "link", "set", self.inner, "up")
+        sh(*run, "ip", "link", "set", "lo", "up")
+
+    def link(self, state: str) -> None:
+        sh("ip", "link", "set", self.outer, state)
+
+    def down(self) -> None:
+        sh("ip", "link", "del", self.outer, check=False)
+        sh("ip", "netns", "del", self.ns, check=False)
+
+
+@pytest.fixture
+def fleet(control_worker, docker_client, catalog, tmp_path):
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 is not installed")
+    suffix = uuid.uuid4().hex[:4]
+    target, db = broker_target()
+    started: list[tuple[NetnsHost, AgentProcess, TcpProxy]] = []
+    try:
+        for index in range(1, HOSTS + 1):
+            netns = NetnsHost(index, suffix)
+            netns.up()
+            proxy = TcpProxy((netns.root_ip, BROKER_PORT), target).start()
+            host, token = host_create(name=f"h{index}-{suffix}", address=netns.root_ip)
+            agent = AgentProcess(
+                broker_url=f"redis://{netns.root_ip}:{BROKER_PORT}{db}",
+                host_name=host.name,
+                token=token,
+                log_path=tmp_path / f"agent-{index}.log",
+                prefix=("ip", "netns", "exec", netns.ns),
+                GPURENTAL_BIND_ADDRESS=netns.root_ip,
+                GPURENTAL_TELEMETRY_URL="off",
+            )
+            agent.host, agent.netns = host, netns
+            agent.start()
+            started.append((netns, agent, proxy))
+        for _, agent, _ in started:
+            wait_for(
+                lambda a=agent: Host.objects.get(pk=a.host.pk).gpus.count() == 2,
+                60,
+                f"{agent.host.name}'s first heartbeat",
+                agent,
+            )
+        yield [agent for _, agent, _ in started]
+    finally:
+        for netns, agent, proxy in started:
+            agent.stop()
+            proxy.close()
+            netns.down()
+            remove_leftovers(docker_client, agent.host.name)
+
+
+def wait_status(instance, status, agents, timeout=90) -> Instance:
+    logs = "\n".join(a.log() for a in agents)
+
+    class Logs:
+        def log(self):
+            return logs
+
+    wait_for(
+        lambda: Instance.objects.get(pk=instance.pk).status == status,
+        timeout,
+        f"instance {status}",
+        Logs(),
+    )
+    return Instance.objects.select_related("host").get(pk=instance.pk)
+
+
+def jupyter(instance, path, method="GET", body=None):
+    request = urllib.request.Request(
+        f"http://{instance.host.address}:{instance.jupyter_port}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"token {instance.jupyter_token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - our own instance
+        return response.status, response.read()
+
+
+def test_three_hosts_in_their_own_namespaces(fleet, catalog, alice, bob, docker_client, settings):
+    model, image = catalog
+    settings.HOST_OFFLINE_AFTER = 3
+    credit_add(user=alice, amount=Decimal("100.00"), description="test credit")
+    two_gpus = PlanFactory(gpu_model=model, gpu_count=2, vcpus=1, memory_gb=1, slug="a10g-x2")
+
+    # A reservation first: it lands on the host that holds its GPUs.
+    start = timezone.now().replace(second=0, microsecond=0)
+    booking = rs.reservation_book(
+        user=alice, plan=two_gpus, image=image, start=start, end=start + timedelta(hours=1)
+    )
+    rs.reservations_tick(now=timezone.now())
+    reserved = booking.instances.get()
+    reserved_host = booking.allocations.first().gpu.host
+    assert reserved.host_id == reserved_host.pk
+    reserved = wait_status(reserved, S.RUNNING, fleet)
+
+    # Two on-demand launches of a whole host each: placement spreads them over the others.
+    launched = [lc.instance_launch(user=bob, image=image, plan=two_gpus) for _ in range(HOSTS - 1)]
+    launched = [wait_status(i, S.RUNNING, fleet) for i in launched]
+    assert len({i.host_id for i in [reserved, *launched]}) == HOSTS
+    for instance in [reserved, *launched]:
+        container = docker_client.containers.get(f"gpurental-{instance.pk}")
+        assert container.labels["gpurental.host"] == instance.host.name
+        assert jupyter(instance, "/api/status")[0] == 200
+
+    # One host's link goes down: its instance becomes unreachable, the others run on.
+    victim = launched[0]
+    body = {"type": "file", "format": "text", "content": "kept across the cut"}
+    assert jupyter(victim, "/api/contents/kept.txt", "PUT", body)[0] in (200, 201)
+    agent = next(a for a in fleet if a.host.pk == victim.host_id)
+    agent.netns.link("down")
+    try:
+        wait_for(
+            lambda: (
+                (
+                    timezone.now() - Host.objects.get(pk=victim.host_id).last_heartbeat_at
+                ).total_seconds()
+                > settings.HOST_OFFLINE_AFTER + 1
+            ),
+            30,
+            "the host to fall silent",
+        )
+        fleet_reconcile()
+        assert Instance.objects.get(pk=victim.pk).status == S.UNREACHABLE
+        others = Instance.objects.filter(pk__in=[reserved.pk, launched[1].pk])
+        assert set(others.values_list("status", flat=True)) == {S.RUNNING}
+    finally:
+        agent.netns.link("up")
+    victim = wait_status(victim, S.RUNNING, fleet, timeout=120)
+    status, raw = jupyter(victim, "/api/contents/kept.txt?content=1")
+    assert status == 200 and json.loads(raw)["content"] == "kept across the cut"
+    assert victim.allocations.filter(period__upper_inf=True).count() == 2
