@@ -148,6 +148,11 @@ REPORT_KINDS = {
 # recorded with the time the agent sent it, however late the control worker gets to it.
 HEARTBEAT_EXPIRES_S = 600
 
+# Live samples over HTTP: each a signed {"host", "sent_at", "sample"} POSTed here, on the
+# web tier's public URL. Refused when older than this (a replayed sample is no sample).
+TELEMETRY_INGEST_PATH = "agent/telemetry"
+TELEMETRY_INGEST_MAX_AGE_S = 30
+
 # --- Redis keys (telemetry) ---------------------------------------------------
 
 

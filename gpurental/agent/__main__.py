@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from gpurental import protocol
 from gpurental.agent.activity import Holdings, KernelProbe
 from gpurental.agent.config import AgentConfig, ConfigError, read_env_file
 from gpurental.agent.gpus import NvmlUnavailable, make_source
@@ -14,7 +15,7 @@ from gpurental.agent.host import HeartbeatThread, HostAgent, HostStateThread
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import docker_problem, make_runtime
 from gpurental.agent.runtimes.network import NetworkSetupError
-from gpurental.agent.sampler import ChannelPublisher, Sampler, SamplerThread
+from gpurental.agent.sampler import ChannelPublisher, HttpPublisher, Sampler, SamplerThread
 from gpurental.agent.worker import make_app, set_agent
 
 log = logging.getLogger("gpurental.agent")
@@ -88,7 +89,10 @@ def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: Cont
     """The sampler thread and a banner line saying where its numbers go."""
     url = config.live_telemetry_url
     publisher = None
-    if url is not None:
+    if url is not None and url.startswith(("http://", "https://")):
+        key = protocol.host_key(config.token)
+        publisher = HttpPublisher(url, config.host_name, key)
+    elif url is not None:
         publisher = ChannelPublisher(url, config.host_name, layer=config.telemetry_layer)
     probe = KernelProbe(holdings)
     sampler = Sampler(

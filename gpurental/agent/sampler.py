@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpurental import protocol
 from gpurental.agent.activity import CpuMeter, Holdings, KernelProbe
 from gpurental.agent.gpus import GpuSample, GpuSource
 from gpurental.protocol import latest_key, recent_key
@@ -190,6 +191,33 @@ class ChannelPublisher:
         except Exception:  # noqa: BLE001 - closing on the way out
             log.debug("closing the telemetry publisher failed", exc_info=True)
         self.loop.close()
+
+
+class HttpPublisher:
+    """Sends a host's message to the web tier's ingest endpoint, signed with the host's
+    key: for agents that must not hold the channel layer's Redis (production)."""
+
+    def __init__(self, url: str, host_name: str, key: str, timeout_s: float = 0.5):
+        import requests
+
+        self.url = url
+        self.host_name = host_name
+        self.key = key
+        self.timeout_s = timeout_s
+        self.session = requests.Session()
+
+    def publish(self, message: dict) -> None:
+        body = {"host": self.host_name, "sent_at": time.time(), "sample": message}
+        response = self.session.post(
+            self.url, json=protocol.sign(self.key, body), timeout=self.timeout_s
+        )
+        if response.status_code != 204:
+            raise RuntimeError(
+                f"telemetry ingest answered {response.status_code}: {response.text[:200]}"
+            )
+
+    def close(self) -> None:
+        self.session.close()
 
 
 # --- the thread -----------------------------------------------------------------

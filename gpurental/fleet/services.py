@@ -35,9 +35,11 @@ def host_join_command(*, host: Host, token: str) -> str:
     if broker.accounts_enabled():
         # Production: the host's own broker account, Docker by name, and nothing else.
         url = broker.agent_broker_url(host_name=host.name, password=token)
+        ingest = f"{settings.PUBLIC_URL.rstrip('/')}/{protocol.TELEMETRY_INGEST_PATH}"
         return (
-            f"GPURENTAL_BROKER_URL='{url}' GPURENTAL_HOST_NAME='{host.name}' "
-            f"GPURENTAL_HOST_TOKEN='{token}' GPURENTAL_RUNTIME='docker' python -m gpurental.agent"
+            f"GPURENTAL_BROKER_URL='{url}' GPURENTAL_TELEMETRY_URL='{ingest}' "
+            f"GPURENTAL_HOST_NAME='{host.name}' GPURENTAL_HOST_TOKEN='{token}' "
+            "GPURENTAL_RUNTIME='docker' python -m gpurental.agent"
         )
     broker_url = settings.CELERY_BROKER_URL
     # The agent derives the channel layer (live telemetry) from a Redis broker; when that

@@ -1,15 +1,20 @@
-"""HTTP endpoints of telemetry: Prometheus ``/metrics`` and the charts' history JSON."""
+"""HTTP endpoints of telemetry: Prometheus ``/metrics``, the charts' history JSON, and the
+agents' live-sample ingest (so that agents never hold the channel layer's Redis)."""
 
 from __future__ import annotations
 
 import hmac
+import json
+import time
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
 
 from gpurental.rentals.selectors import instance_visible_to
+from gpurental.telemetry import ingest
 from gpurental.telemetry import metrics as prometheus
 from gpurental.telemetry.selectors import WINDOWS, instance_history
 
@@ -53,3 +58,21 @@ def instance_history_view(request, instance_id):
         allowed = ", ".join(WINDOWS)
         return JsonResponse({"error": f"window must be one of {allowed}"}, status=400)
     return JsonResponse(instance_history(instance=instance, window=window, now=timezone.now()))
+
+
+@csrf_exempt
+@require_POST
+async def telemetry_ingest(request):
+    """One live sample from a host's agent, signed with that host's key (protocol.sign),
+    passed on to its viewers. Answers 204, or 400/403 with the reason."""
+    try:
+        message = json.loads(request.body)
+        if not isinstance(message, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        return JsonResponse({"detail": "the body must be a signed JSON message"}, status=400)
+    try:
+        await ingest.sample_ingest(message=message, now=time.time())
+    except ingest.SampleRefused as exc:
+        return JsonResponse({"detail": str(exc)}, status=403)
+    return HttpResponse(status=204)
