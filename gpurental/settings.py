@@ -274,6 +274,10 @@ HOST_LOST_AFTER = env_int("HOST_LOST_AFTER", 600)
 LAUNCH_TIMEOUT = env_int("LAUNCH_TIMEOUT", 600)  # seconds a launch may take before it is failed
 STOP_TIMEOUT = env_int("STOP_TIMEOUT", 120)
 INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 1024)
+# The plan's disk_gb, on measured /workspace use: a notice from DISK_WARNING_PERCENT; over
+# the limit, a notice and DISK_GRACE_MINUTES to clean up before the instance is stopped.
+DISK_WARNING_PERCENT = env_int("DISK_WARNING_PERCENT", 90)
+DISK_GRACE_MINUTES = env_int("DISK_GRACE_MINUTES", 10)
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
 PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("PORT", "8000"))
 

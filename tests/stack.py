@@ -100,6 +100,7 @@ def agent(control_worker, docker_client, catalog, tmp_path):
         token=token,
         log_path=tmp_path / "agent.log",
         GPURENTAL_HF_CACHE_DIR=str(hf_cache),
+        GPURENTAL_DISK_CHECK_INTERVAL="2",
     )
     agent.hf_cache = hf_cache
     agent.start()

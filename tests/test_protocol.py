@@ -56,6 +56,9 @@ class InMemoryRuntime:
     def list_instances(self):
         return dict.fromkeys(self.running, "running")
 
+    def workspace_usage(self):
+        return dict.fromkeys(self.running, 0)
+
 
 @pytest.fixture
 def host_agent():

@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         bind_address=config.bind_address,
         holdings=holdings,
         hf_cache_dir=config.hf_cache_dir,
+        disk_interval=config.disk_interval,
     )
     set_agent(agent)
     sampler, publisher, sampler_why = make_sampler(config, source, holdings, reporter)

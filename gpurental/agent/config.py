@@ -49,6 +49,7 @@ class AgentConfig:
     sample_interval: float = 1.0
     telemetry_batch_interval: float = 60.0
     hf_cache_dir: str = ""  # the host's shared Hugging Face cache, mounted read-only on request
+    disk_interval: float = 60.0  # seconds between measurements of the workspaces
     debug: bool = False  # DEBUG=1: the process runtime may stand in for a missing Docker
 
     @property
@@ -113,6 +114,7 @@ class AgentConfig:
             sample_interval=_positive(env, "GPURENTAL_SAMPLE_INTERVAL", "1"),
             telemetry_batch_interval=_positive(env, "GPURENTAL_TELEMETRY_BATCH_INTERVAL", "60"),
             hf_cache_dir=env.get("GPURENTAL_HF_CACHE_DIR", ""),
+            disk_interval=_positive(env, "GPURENTAL_DISK_CHECK_INTERVAL", "60"),
             debug=env.get("DEBUG", "").lower() in {"1", "true", "yes", "on"},
         )
 

@@ -49,6 +49,7 @@ class HostAgent:
         bind_address: str,
         holdings: Holdings | None = None,
         hf_cache_dir: str = "",
+        disk_interval: float = 60.0,
     ):
         self.runtime = runtime
         self.source = source
@@ -62,6 +63,11 @@ class HostAgent:
         self._inventory: list[dict] | None = None
         self._containers: tuple[dict[str, str], float] | None = None
         self._containers_sent_at: float | None = None
+        # Workspace sizes, measured every ``disk_interval`` s (the plan's disk_gb).
+        self.disk_interval = disk_interval
+        self._workspaces: dict[str, int] | None = None
+        self._workspaces_at = float("-inf")
+        self._workspaces_sent = True
 
     # --- instance operations ------------------------------------------------
 
@@ -196,9 +202,15 @@ class HostAgent:
         inventory = self._inventory
         if inventory is None:  # read once: handles stay open, the GPUs do not change
             inventory = [gpu.as_dict() for gpu in self.source.inventory()]
+        workspaces = None
+        if monotonic_at - self._workspaces_at >= self.disk_interval:
+            workspaces = self.runtime.workspace_usage()
+            self._workspaces_at = monotonic_at
         with self._state_lock:
             self._inventory = inventory
             self._containers = (containers, listed_at)
+            if workspaces is not None:
+                self._workspaces, self._workspaces_sent = workspaces, False
 
     def inventory(self) -> list[dict] | None:
         with self._state_lock:
@@ -211,7 +223,10 @@ class HostAgent:
             containers, listed_at = self._containers or (None, None)
             fresh = listed_at is not None and listed_at != self._containers_sent_at
             self._containers_sent_at = listed_at
+            workspaces = None if self._workspaces_sent else self._workspaces
+            self._workspaces_sent = True
         self.reporter.heartbeat(
+            workspaces=workspaces,
             inventory=inventory,
             containers=containers if fresh else None,
             containers_listed_at=listed_at if fresh else None,

@@ -38,6 +38,7 @@ class ControlReporter:
         containers: dict[str, str] | None,
         containers_listed_at: float | None,
         runtime: str,
+        workspaces: dict[str, int] | None = None,
         gpu_source: str,
         agent_version: str,
     ) -> None:
@@ -49,6 +50,7 @@ class ControlReporter:
             inventory=inventory,
             containers=containers,
             containers_listed_at=containers_listed_at,
+            workspaces=workspaces,
             runtime=runtime,
             gpu_source=gpu_source,
             agent_version=agent_version,

@@ -163,6 +163,7 @@ def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
         inventory=None if inventory is None else list(inventory),
         containers=None if containers is None else dict(containers),
         containers_listed_at=beat.get("containers_listed_at"),
+        workspaces=beat.get("workspaces"),
         runtime=str(beat.get("runtime", "")),
         gpu_source=str(beat.get("gpu_source", "")),
         agent_version=str(beat.get("agent_version", "")),
@@ -224,12 +225,14 @@ def host_heartbeat_record(
     sent_at: float | None,
     now: datetime,
     containers_listed_at: float | None = None,
+    workspaces: dict[str, int] | None = None,
 ) -> Host:
     """Record a verified heartbeat: sync GPUs; reconcile the host's containers.
 
     The beat's own time (when the agent sent it) is the host's liveness, however late it is
     read. The inventory and container list come when the agent has them (None otherwise),
     each judged by the time it was taken."""
+    from gpurental.rentals.services.disk import instances_disk_check
     from gpurental.rentals.services.reconcile import host_containers_reconcile
 
     observed_at = _agent_time(sent_at, now) if sent_at else now
@@ -255,6 +258,8 @@ def host_heartbeat_record(
     if containers is not None:
         listed_at = _agent_time(containers_listed_at, now) if containers_listed_at else observed_at
         host_containers_reconcile(host=host, containers=containers, observed_at=listed_at, now=now)
+    if isinstance(workspaces, dict):
+        instances_disk_check(host=host, usage=workspaces, now=now)
     return host
 
 

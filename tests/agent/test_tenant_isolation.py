@@ -151,3 +151,35 @@ def test_the_published_jupyterlab_port_still_answers(two_containers):
 def test_container_logs_are_capped(two_containers):
     log_config = two_containers[0].attrs["HostConfig"]["LogConfig"]
     assert log_config == {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}}
+
+
+def test_a_workspace_over_the_plans_disk_is_noticed_then_stopped_and_kept(
+    agent, catalog, alice, docker_client, settings
+):
+    """The plan's disk_gb on measured use (Docker's local volumes take no size limit here):
+    the agent measures /workspace, the control plane notices and then stops it."""
+    settings.DISK_GRACE_MINUTES = 0
+    model, image = catalog
+    plan = model.plans.get(gpu_count=1)
+    plan.disk_gb = 1
+    plan.save()
+    instance = lc.instance_launch(user=alice, image=image, plan=plan)
+    wait_for(
+        lambda: Instance.objects.get(pk=instance.pk).status == InstanceStatus.RUNNING,
+        90,
+        "the instance to run",
+        agent,
+    )
+    container = docker_client.containers.get(f"gpurental-{instance.pk}")
+    fill = "import os; f = os.open('/workspace/big', os.O_CREAT | os.O_WRONLY); os.posix_fallocate(f, 0, 1200 * 2**20)"
+    assert container.exec_run(["python3", "-c", fill]).exit_code == 0
+    wait_for(
+        lambda: Instance.objects.get(pk=instance.pk).status == InstanceStatus.STOPPED,
+        60,
+        "the instance to be stopped for its disk use",
+        agent,
+    )
+    stopped = Instance.objects.get(pk=instance.pk)
+    assert "over the limit" in stopped.status_reason and "/workspace kept" in stopped.status_reason
+    assert stopped.events.filter(kind="notice", step="disk_over").exists()
+    assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")

@@ -19,6 +19,8 @@ One small interface, one adapter per runtime:
     remove(instance_id)               container or process and /workspace go
     list_instances() -> {id: state}   Docker's states ("running", "exited", …), plus
                                       "stopped" for a workspace with nothing running
+    workspace_usage() -> {id: bytes}  what each /workspace holds (the plan's disk_gb is
+                                      enforced on it by the control plane)
     logs_tail(instance_id, lines)     the last lines of the instance's output
 
 Every method takes plain values and returns plain values: this package imports no

@@ -234,6 +234,19 @@ class DockerRuntime:
         states.pop(None, None)
         return states
 
+    def workspace_usage(self) -> dict[str, int]:
+        """Bytes each instance's /workspace volume holds, as the engine measures it."""
+        with _engine_errors("measure the workspaces"):
+            volumes = self.client.api.df().get("Volumes") or []
+        usage = {}
+        for volume in volumes:
+            instance_id = (volume.get("Labels") or {}).get(LABEL_INSTANCE)
+            size = (volume.get("UsageData") or {}).get("Size", -1)
+            mine = (volume.get("Labels") or {}).get(LABEL_HOST, "") == self.host_name
+            if instance_id and size >= 0 and mine:
+                usage[instance_id] = size
+        return usage
+
     def logs_tail(self, instance_id: str, lines: int = 30) -> str:
         container = self._find(instance_id)
         if container is None:

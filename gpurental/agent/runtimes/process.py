@@ -150,6 +150,18 @@ class ProcessRuntime:
                 states[instance_id] = "stopped"
         return states
 
+    def workspace_usage(self) -> dict[str, int]:
+        """Bytes each instance's /workspace holds (allocated blocks, like du)."""
+        usage = {}
+        for instance_id in self.list_instances():
+            total = 0
+            for root, _dirs, files in os.walk(self._dir(instance_id) / "workspace"):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            usage[instance_id] = total
+        return usage
+
     def logs_tail(self, instance_id: str, lines: int = 30) -> str:
         try:
             with (self._dir(instance_id) / LOG_FILE).open(errors="replace") as log:
