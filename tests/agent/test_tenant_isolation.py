@@ -53,7 +53,7 @@ def test_host():
         )
         try:
             wait_for(lambda: reachable(PRIVATE, PORT), 20, "the test host's listener")
-            yield
+            yield name
         finally:
             server.terminate()
             server.wait(10)
@@ -183,3 +183,18 @@ def test_a_workspace_over_the_plans_disk_is_noticed_then_stopped_and_kept(
     assert "over the limit" in stopped.status_reason and "/workspace kept" in stopped.status_reason
     assert stopped.events.filter(kind="notice", step="disk_over").exists()
     assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")
+
+
+def test_from_another_host_only_the_published_port_answers(two_containers, test_host):
+    """A host on the network (this test's own namespace, routed through this machine)
+    reaches a container's JupyterLab port, and no other port it opens."""
+    mine, _ = two_containers
+    mine.exec_run(["python3", "-m", "http.server", "9999"], detach=True)
+    wait_for(lambda: reachable(ip_of(mine), 9999), 20, "the container's extra listener")
+    probe = ("ip", "netns", "exec", test_host, "python3", "-c")
+    connect = (
+        "import socket,sys; s=socket.socket(); s.settimeout(3); "
+        "sys.exit(0 if s.connect_ex(({ip!r}, {port})) == 0 else 1)"
+    )
+    assert sh(*probe, connect.format(ip=ip_of(mine), port=8888), check=False).returncode == 0
+    assert sh(*probe, connect.format(ip=ip_of(mine), port=9999), check=False).returncode == 1
