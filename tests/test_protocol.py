@@ -253,3 +253,22 @@ def test_a_report_about_another_hosts_instance_is_refused_and_audited(
     assert instance.status == S.PENDING
     refused = AuditEvent.objects.get(action="host.report_refused", object_repr="node2")
     assert "is not on this host" in refused.changes["why"]
+
+
+def test_the_agents_celery_app_never_loads_the_control_planes_settings(monkeypatch, tmp_path):
+    """With DJANGO_SETTINGS_MODULE in its environment (a shell shared with the web), the
+    agent must still not load Django: the settings would reach for a database."""
+    from gpurental.agent.config import AgentConfig
+    from gpurental.agent.worker import make_app
+
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "gpurental.settings")
+    config = AgentConfig.from_env(
+        {
+            "GPURENTAL_BROKER_URL": "memory://",
+            "GPURENTAL_HOST_NAME": "node1",
+            "GPURENTAL_HOST_TOKEN": "t",
+            "GPURENTAL_WORK_DIR": str(tmp_path),
+        }
+    )
+    app = make_app(config)
+    assert not app.fixups and not app._fixups

@@ -15,7 +15,9 @@ _agent: HostAgent | None = None
 
 
 def make_app(config: AgentConfig) -> Celery:
-    app = Celery(f"gpurental-agent-{config.host_name}", broker=config.broker_url)
+    # No fixups: Celery's Django fixup would load the control plane's settings whenever
+    # DJANGO_SETTINGS_MODULE is in the environment, and with them reach for a database.
+    app = Celery(f"gpurental-agent-{config.host_name}", broker=config.broker_url, fixups=[])
     app.conf.update(
         task_default_queue=config.queue,
         task_ignore_result=True,

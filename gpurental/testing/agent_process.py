@@ -30,7 +30,7 @@ class AgentProcess:
             **{
                 k: v
                 for k, v in os.environ.items()
-                if not k.startswith(("DATABASE", "REDIS", "GPURENTAL_"))
+                if not k.startswith(("DATABASE", "REDIS", "GPURENTAL_", "DJANGO_"))
             },
             "GPURENTAL_BROKER_URL": broker_url,
             "GPURENTAL_HOST_NAME": host_name,
