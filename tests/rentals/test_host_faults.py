@@ -243,6 +243,10 @@ def test_redis_restarted_converges_with_nothing_lost(agent, running):
     assert read_file(instance) == "the customer's work"
     assert gpus_held(instance) == 1
     assert not instance.events.filter(to_status__in=(S.UNREACHABLE, S.LOST, S.STOPPED)).exists()
+    meter_run(now=timezone.now())
+    meter_run(now=timezone.now())
+    starts = list(Charge.objects.filter(instance=instance).values_list("period_start", flat=True))
+    assert len(starts) == len(set(starts))  # nothing billed twice
     # The agent still takes commands after the restart.
     lc.instance_stop(instance=instance)
     wait_status(instance, S.STOPPED, agent, timeout=60)
