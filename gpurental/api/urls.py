@@ -1,5 +1,5 @@
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from gpurental.api import views, views_billing, views_reservations
@@ -25,7 +25,8 @@ v1 = [
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file: no inline script (CSP).
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("v1/", include((v1, "api"), namespace="api")),
     # Last: anything else under /api/ is a JSON 404 in the API's error shape.
     re_path(r"^[\s\S]*$", not_found, name="api-not-found"),  # newlines too

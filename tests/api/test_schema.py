@@ -72,10 +72,15 @@ def test_swagger_ui_is_served_from_our_static_files(client, db):
     response = client.get("/api/docs/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert "/api/schema/" in html
+    assert "script-src 'self'" in response["Content-Security-Policy"]
+    assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), "an inline script: CSP blocks it"
     assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
     assert any("swagger-ui-bundle.js" in a for a in assets)
+    (start,) = [a for a in assets if a.startswith("/api/docs/")]  # its start-up script
+    assert "/api/schema/" in client.get(start).content.decode()
     for asset in assets:
+        if asset == start:
+            continue
         assert asset.startswith("/static/"), f"{asset} is not served locally"
         assert finders.find(asset.removeprefix("/static/")), f"{asset} is missing"
     assert "cdn" not in html.lower() and "unpkg" not in html.lower()

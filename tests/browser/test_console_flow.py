@@ -99,9 +99,9 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
 
     # Mark this document: if the page reloads, the mark is gone.
     page.evaluate("window.__sameDocument = true")
-    page.wait_for_function("document.getElementById('live').textContent === 'live'")
+    page.wait_for_function("() => document.getElementById('live').textContent === 'live'")
     page.wait_for_function(
-        "document.getElementById('status').textContent === 'Running'", timeout=90_000
+        "() => document.getElementById('status').textContent === 'Running'", timeout=90_000
     )
     assert page.evaluate("window.__sameDocument") is True
     steps = page.inner_text("#timeline")
@@ -113,11 +113,12 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
     # Live GPU charts: the agent's 1 Hz samples arrive on the same socket, marked simulated
     # (the stack's agent has simulated GPUs), and the chart draws a line per GPU.
     page.wait_for_function(
-        "document.getElementById('telemetry-live').textContent === 'live, 1 s'", timeout=30_000
+        "() => document.getElementById('telemetry-live').textContent === 'live, 1 s'",
+        timeout=30_000,
     )
     assert page.is_visible("#telemetry-simulated")
     page.wait_for_function(
-        "Chart.getChart('live-util').data.datasets.length >= 1"
+        "() => Chart.getChart('live-util').data.datasets.length >= 1"
         " && Chart.getChart('live-util').data.datasets[0].data.length >= 2",
         timeout=30_000,
     )
@@ -157,7 +158,8 @@ def test_staff_fleet_dashboard(browser, web_server, catalog, carol, settings):
     assert "e2e-" in page.inner_text("#hosts")
     # The heatmap is live: frames from the fleet feed arrive and paint the cells.
     page.wait_for_function(
-        "document.getElementById('heatmap-live').textContent.includes('updated')", timeout=15000
+        "() => document.getElementById('heatmap-live').textContent.includes('updated')",
+        timeout=15000,
     )
     cells = page.locator("#heatmap td.cell")
     assert cells.count() > 0
