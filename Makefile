@@ -19,6 +19,7 @@ $(VENV)/.installed: $(BIN)/python requirements.lock pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
+	@mkdir -p var && printf '# Written by make demo: manage.py reads it (README, useful commands).\nDEBUG=1\n' > var/local.env
 	@DEBUG=$${DEBUG:-1} $(BIN)/python -m gpurental.embedded run -- sh -c '\
 	  python manage.py migrate --noinput && \
 	  python manage.py seed_demo --agent-env var/local-agent.env && \

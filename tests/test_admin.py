@@ -4,25 +4,25 @@ import datetime as dt
 
 import pytest
 from django.contrib import admin
-from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
 from gpurental.accounts.models import AuditEvent
 from gpurental.billing.models import Invoice, InvoiceStatus
 from gpurental.catalog.models import Plan
+from gpurental.console.demo import seed_demo
 from gpurental.fleet.models import Host, HostStatus
 
 
 @pytest.fixture
 def admin_client(client, db):
-    call_command("seed_demo")
+    seed_demo()  # the demo data, without the command's DEBUG guard
     assert client.login(email="admin@example.com", password="admin")
     return client
 
 
 def test_admin_logs_in_and_sees_seeded_plans_and_host(client, db):
-    call_command("seed_demo")
+    seed_demo()  # the demo data, without the command's DEBUG guard
     response = client.post(
         "/admin/login/?next=/admin/", {"username": "admin@example.com", "password": "admin"}
     )
@@ -42,7 +42,7 @@ def test_every_admin_changelist_opens(admin_client, model):
 
 
 def test_customer_cannot_open_the_back_office(client, db):
-    call_command("seed_demo")
+    seed_demo()  # the demo data, without the command's DEBUG guard
     client.login(email="demo@example.com", password="demo")
     response = client.get("/admin/catalog/plan/")
     assert response.status_code == 302

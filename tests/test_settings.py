@@ -92,3 +92,59 @@ def test_database_url_with_tcp_host_and_password():
 def test_unix_socket_redis_url_becomes_kombu_socket_url():
     assert celery_url("unix:///var/redis.sock") == "redis+socket:///var/redis.sock"
     assert celery_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+PRODUCTION = {  # the production environment the README documents ("Deploying")
+    "DEBUG": "0",
+    "ALLOWED_HOSTS": "gpus.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://gpus.example.com",
+    "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
+}
+
+
+def test_the_documented_production_environment_passes_the_deploy_check():
+    import secrets
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT"}
+    }
+    env.update(PRODUCTION, SECRET_KEY=secrets.token_urlsafe(50))
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "gpurental.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_redirects_to_https_with_hsts_and_secure_cookies():
+    import secrets
+
+    env = {k: v for k, v in os.environ.items() if k not in {"SECURE_SSL_REDIRECT"}}
+    env.update(PRODUCTION, SECRET_KEY=secrets.token_urlsafe(50))
+    probe = (
+        "from django.conf import settings as s; "
+        "print(s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, "
+        "s.CSRF_COOKIE_SECURE, s.SECURE_PROXY_SSL_HEADER)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {probe}"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "gpurental.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "True",
+        "31536000",
+        "True",
+        "True",
+        "('HTTP_X_FORWARDED_PROTO',",
+        "'https')",
+    ]

@@ -23,6 +23,8 @@ def pytest_load_initial_conftests(early_config, parser, args):
     # A wrapper runs before pytest-django's own hook, which loads the settings.
     global _started
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    # The test client and test servers speak plain http; production redirects to https.
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
     if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
         from gpurental import embedded
 

@@ -1,10 +1,23 @@
-from django.core.management import call_command
+import pytest
+from django.core.management import CommandError, call_command
 
 from gpurental.accounts.models import User
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.selectors import balance_of
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import GPU, Host
+
+
+@pytest.fixture(autouse=True)
+def debug_on(settings):
+    settings.DEBUG = True  # as make demo runs it
+
+
+def test_seed_demo_refuses_without_debug(db, settings):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="well-known passwords"):
+        call_command("seed_demo")
+    assert not User.objects.exists()
 
 
 def _snapshot():

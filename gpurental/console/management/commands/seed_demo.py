@@ -1,6 +1,7 @@
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 
 from gpurental.console.demo import seed_demo
 
@@ -15,6 +16,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, agent_env=None, **options):
+        if not settings.DEBUG:
+            # It creates logins with well-known passwords (admin / admin).
+            raise CommandError(
+                "seed_demo creates logins with well-known passwords, so it runs only with "
+                "DEBUG on (make demo sets DEBUG=1); never on a production site"
+            )
         result = seed_demo(agent_env=Path(agent_env) if agent_env else None)
         self.stdout.write(self.style.SUCCESS("Demo data ready."))
         self.stdout.write("  admin@example.com / admin   (back-office)")
