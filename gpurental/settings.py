@@ -259,7 +259,10 @@ REST_FRAMEWORK = {
         "gpurental.api.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "gpurental.api.permissions.KeyScopes",  # what an API key's scopes allow
+    ],
     "DEFAULT_THROTTLE_CLASSES": ["gpurental.api.throttling.ApiRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api": API_THROTTLE_RATE},
     "DEFAULT_PAGINATION_CLASS": "gpurental.api.pagination.ApiPagination",

@@ -4,6 +4,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
 from django.contrib.auth.models import PermissionsMixin
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -73,6 +74,25 @@ class User(AbstractBaseUser, PermissionsMixin):
         return self.email
 
 
+class ApiKeyScope(models.TextChoices):
+    """What a key may do. Reading needs ``read`` or the area's own scope; changing needs
+    the area's scope; billing data needs ``billing``. Staff powers come through a key only
+    with ``staff``, which only staff can give."""
+
+    READ = "read", "Read instances, reservations and the catalog"
+    INSTANCES = "instances", "Launch and manage instances"
+    RESERVATIONS = "reservations", "Book and cancel reservations"
+    BILLING = "billing", "Usage, invoices and balance"
+    STAFF = "staff", "Staff powers (staff only)"
+
+
+CUSTOMER_SCOPES = [s.value for s in ApiKeyScope if s != ApiKeyScope.STAFF]
+
+
+def default_scopes() -> list[str]:
+    return list(CUSTOMER_SCOPES)
+
+
 class ApiKey(models.Model):
     """An API key. Only its SHA-256 is stored; the key itself is shown once."""
 
@@ -88,17 +108,31 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    scopes = ArrayField(
+        models.CharField(max_length=16, choices=ApiKeyScope.choices),
+        default=default_scopes,
+        help_text="What the key may do (ApiKeyScope)",
+    )
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from then on")
 
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "API key"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(scopes__contained_by=ApiKeyScope.values) & ~Q(scopes=[]),
+                name="api_key_scopes_known_and_not_empty",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
 
     @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and (
+            self.expires_at is None or self.expires_at > timezone.now()
+        )
 
 
 class AuditEvent(models.Model):

@@ -6,9 +6,10 @@ import hashlib
 import secrets
 
 from django.db import models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from gpurental.accounts.models import ApiKey, AuditEvent, User
+from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKey, ApiKeyScope, AuditEvent, User
 
 API_KEY_PREFIX = "gpr_"
 
@@ -38,33 +39,95 @@ def audit_record(
     )
 
 
+class ApiKeyRefused(ValueError):
+    """A key that cannot be made as asked; ``field`` names the input at fault."""
+
+    def __init__(self, message: str, *, field: str):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
 @transaction.atomic
-def api_key_create(*, user: User, name: str, actor: User | None = None) -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the raw key, which is never stored."""
+def api_key_create(
+    *,
+    user: User,
+    name: str,
+    actor: User | None = None,
+    scopes: list[str] | None = None,
+    expires_at=None,
+    now=None,
+) -> tuple[ApiKey, str]:
+    """Create a key; returns the row and the raw key, which is never stored. Without
+    ``scopes`` it gets every customer scope; ``staff`` only for staff, given by staff."""
+    now = now or timezone.now()
+    actor = actor or user
+    wanted = sorted(set(CUSTOMER_SCOPES if scopes is None else scopes))
+    unknown = sorted(set(wanted) - set(ApiKeyScope.values))
+    if unknown or not wanted:
+        raise ApiKeyRefused(
+            f"scopes: {', '.join(unknown) or 'none given'} is not a scope; choose from "
+            f"{', '.join(ApiKeyScope.values)}",
+            field="scopes",
+        )
+    if ApiKeyScope.STAFF in wanted and not (user.is_staff and actor.is_staff):
+        raise ApiKeyRefused(
+            "scopes: the staff scope is for staff users only, given by staff", field="scopes"
+        )
+    if expires_at is not None and expires_at <= now:
+        raise ApiKeyRefused("expires_at: must be in the future", field="expires_at")
     prefix = secrets.token_hex(4)
     raw = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
     key = ApiKey.objects.create(
-        user=user, name=name.strip() or "default", prefix=prefix, key_hash=_hash_key(raw)
+        user=user,
+        name=name.strip() or "default",
+        prefix=prefix,
+        key_hash=_hash_key(raw),
+        scopes=wanted,
+        expires_at=expires_at,
     )
-    audit_record(action="api_key.create", actor=actor or user, obj=key)
+    audit_record(
+        action="api_key.create",
+        actor=actor,
+        obj=key,
+        changes={"scopes": wanted, "expires_at": expires_at.isoformat() if expires_at else None},
+    )
     return key, raw
+
+
+def api_keys_revoke_all(*, user: User, reason: str) -> int:
+    """Revoke every active key of ``user`` (a password reset: whoever had the old password
+    may have made keys)."""
+    revoked = ApiKey.objects.filter(user=user, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    if revoked:
+        audit_record(
+            action="api_key.revoke_all",
+            actor=user,
+            obj=user,
+            changes={"reason": reason, "keys": revoked},
+        )
+    return revoked
 
 
 def api_key_authenticate(*, raw: str, now=None) -> ApiKey | None:
     """The active key matching ``raw`` (and its user), or None."""
     if not raw.startswith(API_KEY_PREFIX):
         return None
+    now = now or timezone.now()
     key = (
         ApiKey.objects.select_related("user")
         .filter(key_hash=_hash_key(raw), revoked_at__isnull=True, user__is_active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .first()
     )
-    if key is not None:
-        now = now or timezone.now()
-        # Touch at most once a minute: a busy key must not write on every request.
-        if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-            key.last_used_at = now
+    # Touch at most once a minute: a busy key must not write on every request.
+    stale = key is not None and (
+        key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60
+    )
+    if stale:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        key.last_used_at = now
     return key
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
+from gpurental.accounts.models import ApiKeyScope
 from gpurental.accounts.services import api_key_authenticate
 
 KEYWORD = b"bearer"
@@ -34,9 +35,16 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if key is None:
             # One answer for unknown, malformed and revoked keys: nothing to learn from it.
             raise exceptions.AuthenticationFailed(
-                "the API key in the Authorization header is not valid: it is unknown or revoked"
+                "the API key in the Authorization header is not valid: it is unknown, revoked "
+                "or expired"
             )
-        return key.user, key
+        user = key.user
+        if ApiKeyScope.STAFF not in key.scopes:
+            # Staff powers never come through a key without the staff scope: for this
+            # request the owner is a customer like any other (never saved).
+            user.is_staff = user.is_superuser = False
+            user._scoped_down = True
+        return user, key
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) to unauthenticated requests.

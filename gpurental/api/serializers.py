@@ -11,7 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpurental.accounts.models import ApiKey
+from gpurental.accounts.models import ApiKey, ApiKeyScope
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals.models import (
     Instance,
@@ -376,13 +376,32 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
 class ApiKeySerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiKey
-        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scopes",
+            "expires_at",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
         read_only_fields = fields
 
 
 class ApiKeyCreateSerializer(serializers.Serializer):
     name = serializers.CharField(
         max_length=100, required=False, allow_blank=True, default="", help_text="What it is for"
+    )
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=ApiKeyScope.choices),
+        required=False,
+        allow_empty=False,
+        help_text="What the key may do; default every customer scope (read, instances, "
+        "reservations, billing). staff: staff only. A key creating a key gives at most its own.",
+    )
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Refused from then on"
     )
 
 

@@ -18,12 +18,12 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
 from gpurental.accounts.models import ApiKey
-from gpurental.accounts.services import api_key_create, api_key_revoke
+from gpurental.accounts.services import ApiKeyRefused, api_key_create, api_key_revoke
 from gpurental.api import serializers as s
 from gpurental.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpurental.api.idempotency import KEY_PATTERN, idempotent
@@ -145,6 +145,8 @@ class InstanceViewSet(
     LookupMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     """GPU containers: launch, watch, stop, start, restart, terminate."""
+
+    scope_area = "instances"
 
     noun = "instance"
     lookup_value_regex = UUID_RE
@@ -270,6 +272,8 @@ class ApiKeyViewSet(
 ):
     """Your API keys. The key itself is shown once, when it is created."""
 
+    scope_area = "account"
+
     noun = "API key"
     serializer_class = s.ApiKeySerializer
     lookup_value_regex = UUID_RE
@@ -289,7 +293,25 @@ class ApiKeyViewSet(
     def create(self, request, *args, **kwargs):
         form = s.ApiKeyCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        key, raw = api_key_create(user=request.user, name=form.validated_data["name"])
+        data = form.validated_data
+        scopes = data.get("scopes")
+        creator = request.auth if isinstance(request.auth, ApiKey) else None
+        if creator is not None:
+            scopes = creator.scopes if scopes is None else scopes
+            beyond = sorted(set(scopes) - set(creator.scopes))
+            if beyond:
+                raise ValidationError(
+                    {"scopes": [f"this key has no {', '.join(beyond)} scope to give"]}
+                )
+        try:
+            key, raw = api_key_create(
+                user=request.user,
+                name=data["name"],
+                scopes=scopes,
+                expires_at=data["expires_at"],
+            )
+        except ApiKeyRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
         key.key = raw
         return Response(s.ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
 
@@ -305,6 +327,8 @@ class ApiKeyViewSet(
 @extend_schema(tags=["account"])
 class MeView(GenericAPIView):
     """Who you are: balance (and whether it runs low), quota and GPUs in use."""
+
+    scope_area = "account"
 
     serializer_class = s.MeSerializer
     pagination_class = None

@@ -50,6 +50,8 @@ def _month_query(request) -> tuple[int, int]:
 class UsageView(GenericAPIView):
     """GPU-hours and cost per instance per day (in the operator's time zone), for a month."""
 
+    scope_area = "billing"
+
     serializer_class = s.UsageSerializer
     pagination_class = None
 
@@ -75,6 +77,8 @@ class UsageView(GenericAPIView):
 class UsageCsvView(GenericAPIView):
     """The same usage as a CSV download (the console's report)."""
 
+    scope_area = "billing"
+
     pagination_class = None
     content_negotiation_class = DownloadNegotiation
 
@@ -91,6 +95,8 @@ class UsageCsvView(GenericAPIView):
 @extend_schema(tags=["billing"])
 class InvoiceViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
     """Your issued invoices and credit notes, with their lines (drafts are not shown)."""
+
+    scope_area = "billing"
 
     noun = "invoice"
     serializer_class = s.InvoiceSerializer

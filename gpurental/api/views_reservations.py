@@ -40,6 +40,8 @@ class ReservationViewSet(
 ):
     """GPUs booked ahead for a period, paid at booking at the plan's reserved rate."""
 
+    scope_area = "reservations"
+
     noun = "reservation"
     serializer_class = s.ReservationSerializer
     lookup_value_regex = UUID_RE

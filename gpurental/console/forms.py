@@ -6,7 +6,7 @@ from django.contrib.auth.forms import BaseUserCreationForm
 from django.core.validators import MaxValueValidator
 from django.utils import timezone
 
-from gpurental.accounts.models import User
+from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 
 
@@ -63,6 +63,20 @@ class LaunchForm(forms.Form):
 
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="e.g. laptop, CI, notebook")
+    scopes = forms.MultipleChoiceField(
+        choices=[(s.value, s.label) for s in ApiKeyScope if s != ApiKeyScope.STAFF],
+        initial=CUSTOMER_SCOPES,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="What the key may do",
+    )
+    expires_in_days = forms.IntegerField(
+        required=False, min_value=1, max_value=3650, help_text="Empty: until revoked"
+    )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if user is not None and user.is_staff:  # only staff may give staff powers to a key
+            self.fields["scopes"].choices = ApiKeyScope.choices
 
 
 class UTCDateTimeField(forms.DateTimeField):

@@ -22,7 +22,7 @@ urlpatterns = [
     ),
     path(
         "password/reset/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(),
+        views.PasswordResetConfirm.as_view(),
         name="password_reset_confirm",
     ),
     path(

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
@@ -21,7 +22,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from gpurental.accounts.models import ApiKey
-from gpurental.accounts.services import api_key_create, api_key_revoke, audit_record
+from gpurental.accounts.services import (
+    ApiKeyRefused,
+    api_key_create,
+    api_key_revoke,
+    api_keys_revoke_all,
+    audit_record,
+)
 from gpurental.billing import pricing, reports
 from gpurental.billing.selectors import operator_zone
 from gpurental.catalog.selectors import catalog_rows
@@ -170,11 +177,21 @@ def instance_open(request, instance_id):
 
 @login_required
 def api_keys(request):
-    form = ApiKeyForm(request.POST or None)
+    form = ApiKeyForm(request.POST or None, user=request.user)
     new_key = None
     if request.method == "POST" and form.is_valid():
-        _, new_key = api_key_create(user=request.user, name=form.cleaned_data["name"])
-        form = ApiKeyForm()
+        days = form.cleaned_data["expires_in_days"]
+        try:
+            _, new_key = api_key_create(
+                user=request.user,
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                expires_at=timezone.now() + dt.timedelta(days=days) if days else None,
+            )
+        except ApiKeyRefused as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            form = ApiKeyForm(user=request.user)
     keys = ApiKey.objects.filter(user=request.user)
     return render(
         request, "console/api_keys.html", {"form": form, "keys": keys, "new_key": new_key}
@@ -428,3 +445,13 @@ def revenue_csv(request):
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="revenue-{year}-{month:02d}.csv"'
     return response
+
+
+class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
+    """A password reset also revokes the user's API keys: whoever knew the old password may
+    have made some."""
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        api_keys_revoke_all(user=form.user, reason="password reset")
+        return response

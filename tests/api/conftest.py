@@ -3,6 +3,7 @@
 import pytest
 from rest_framework.test import APIClient
 
+from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope
 from gpurental.accounts.services import api_key_create
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services.lifecycle import (
@@ -52,8 +53,10 @@ def launches_need_no_credit(settings):
 def client_for(db):
     """An APIClient that sends ``Authorization: Bearer <a new key of user>``."""
 
-    def make(user) -> APIClient:
-        key, raw = api_key_create(user=user, name="tests")
+    def make(user, scopes=None) -> APIClient:
+        if scopes is None and user.is_staff:  # staff test keys carry staff powers
+            scopes = [*CUSTOMER_SCOPES, ApiKeyScope.STAFF]
+        key, raw = api_key_create(user=user, name="tests", scopes=scopes)
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
         client.api_key, client.raw_key = key, raw

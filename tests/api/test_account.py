@@ -15,7 +15,18 @@ def test_create_shows_the_key_once_and_it_works(as_alice, alice):
     response = as_alice.post(KEYS, {"name": "ci runner"})
     assert response.status_code == 201
     data = response.json()
-    assert set(data) == {"id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "key"}
+    assert set(data) == {
+        "id",
+        "name",
+        "prefix",
+        "scopes",
+        "expires_at",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+        "key",
+    }
+    assert data["scopes"] == ["billing", "instances", "read", "reservations"]
     assert data["name"] == "ci runner" and data["key"].startswith(f"gpr_{data['prefix']}_")
     assert data["revoked_at"] is None and data["last_used_at"] is None
 

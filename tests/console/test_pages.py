@@ -130,7 +130,9 @@ def test_failed_launch_page_and_dashboard_show_the_reason(client, alice, launche
 
 def test_api_key_is_shown_once_and_can_be_revoked(client, alice):
     client.force_login(alice)
-    page = client.post(reverse("api_keys"), {"name": "laptop"}).text
+    page = client.post(
+        reverse("api_keys"), {"name": "laptop", "scopes": ["read", "instances"]}
+    ).text
     key = ApiKey.objects.get(user=alice)
     assert f"gpr_{key.prefix}_" in page and "not shown again" in page
     assert "not shown again" not in client.get(reverse("api_keys")).text

@@ -1,0 +1,44 @@
+"""What an API key may do (``ApiKey.scopes``). Each view names its area (``scope_area``):
+
+| area | read (GET) | change |
+| --- | --- | --- |
+| ``catalog``, ``account`` | any scope | any scope (a new key gets at most its creator's) |
+| ``instances``, ``reservations`` | ``read`` or the area's scope | the area's scope |
+| ``billing`` | ``billing`` | ``billing`` |
+
+A console session is not a key: it has its user's own rights.
+"""
+
+from __future__ import annotations
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+from gpurental.accounts.models import ApiKey, ApiKeyScope
+
+ANY = frozenset(ApiKeyScope.values)
+
+
+def scopes_needed(area: str, method: str) -> frozenset[str]:
+    """Any one of these scopes lets a key make this request."""
+    if area == "billing":
+        return frozenset({ApiKeyScope.BILLING})
+    if area in ("instances", "reservations"):
+        if method in SAFE_METHODS:
+            return frozenset({ApiKeyScope.READ, area})
+        return frozenset({area})
+    return ANY
+
+
+class KeyScopes(BasePermission):
+    def has_permission(self, request, view) -> bool:
+        key = request.auth
+        if not isinstance(key, ApiKey):
+            return True
+        needed = scopes_needed(getattr(view, "scope_area", "catalog"), request.method)
+        if needed & set(key.scopes):
+            return True
+        self.message = (
+            f"this API key may not do that: it needs the {' or '.join(sorted(needed))} scope, "
+            f"and has {', '.join(key.scopes)}"
+        )
+        return False

@@ -1,0 +1,166 @@
+"""API keys with scopes: every scope against every area, staff powers only with the staff
+scope (which only staff can give), expiry, and revocation by a password reset."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.tokens import default_token_generator
+from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from gpurental.accounts.models import ApiKey
+from tests.api.conftest import assert_error
+
+START = (timezone.now() + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+# (method, path, body): one request per area and kind, and the scopes that allow it.
+REQUESTS = {
+    "read catalog": ("get", "/api/v1/plans/", None),
+    "read account": ("get", "/api/v1/me/", None),
+    "list instances": ("get", "/api/v1/instances/", None),
+    "launch": ("post", "/api/v1/instances/", {"gpu_model": "A100", "image": "jupyter-cpu"}),
+    "list reservations": ("get", "/api/v1/reservations/", None),
+    "book": (
+        "post",
+        "/api/v1/reservations/",
+        {
+            "gpu_model": "A100",
+            "gpu_count": 1,
+            "image": "jupyter-cpu",
+            "start": START.isoformat(),
+            "end": (START + timedelta(hours=1)).isoformat(),
+        },
+    ),
+    "usage": ("get", "/api/v1/usage/", None),
+    "invoices": ("get", "/api/v1/invoices/", None),
+}
+ALLOWED = {
+    "read": {"read catalog", "read account", "list instances", "list reservations"},
+    "instances": {"read catalog", "read account", "list instances", "launch"},
+    "reservations": {"read catalog", "read account", "list reservations", "book"},
+    "billing": {"read catalog", "read account", "usage", "invoices"},
+}
+
+
+@pytest.fixture
+def world(node, image, alice, settings):
+    from gpurental.billing.services import credit_add
+
+    settings.BILLING_ENFORCE_BALANCE = False
+    credit_add(user=alice, amount=100)
+
+
+@pytest.mark.parametrize("scope", sorted(ALLOWED))
+def test_each_scope_allows_its_area_and_nothing_else(scope, world, client_for, alice, sent):
+    client = client_for(alice, scopes=[scope])
+    for name, (method, path, body) in REQUESTS.items():
+        response = getattr(client, method)(path, body, format="json")
+        if name in ALLOWED[scope]:
+            assert response.status_code in (200, 201), (scope, name, response.content[:300])
+        else:
+            error = assert_error(response, 403, "permission_denied")
+            assert "may not do that" in error["message"] and scope in error["message"]
+
+
+def test_a_key_with_every_customer_scope_does_everything_a_customer_does(
+    world, client_for, alice, sent
+):
+    client = client_for(alice)  # the default: every customer scope
+    for name, (method, path, body) in REQUESTS.items():
+        response = getattr(client, method)(path, body, format="json")
+        assert response.status_code in (200, 201), (name, response.content[:300])
+
+
+def test_staff_powers_need_the_staff_scope(world, client_for, carol, alice, sent):
+    from gpurental.catalog.models import GPUModel, ImageTemplate
+    from gpurental.rentals.services.lifecycle import instance_launch
+
+    theirs = instance_launch(
+        user=alice,
+        image=ImageTemplate.objects.get(slug="jupyter-cpu"),
+        gpu_model=GPUModel.objects.get(short_name="A100"),
+        gpu_count=1,
+    )
+    plain = client_for(carol, scopes=["read", "instances"])
+    assert plain.get("/api/v1/me/").json()["is_staff"] is False
+    assert plain.get("/api/v1/instances/").json()["count"] == 0  # only carol's own
+    assert_error(plain.get(f"/api/v1/instances/{theirs.pk}/"), 404, "not_found")
+    staff = client_for(carol, scopes=["read", "instances", "staff"])
+    assert staff.get("/api/v1/me/").json()["is_staff"] is True
+    assert staff.get(f"/api/v1/instances/{theirs.pk}/").status_code == 200
+
+
+def test_only_staff_can_give_the_staff_scope(client_for, alice, carol, db):
+    customer = client_for(alice)
+    error = assert_error(
+        customer.post("/api/v1/api-keys/", {"name": "x", "scopes": ["staff"]}, format="json"),
+        400,
+        "invalid",
+        field="scopes",
+    )
+    assert "no staff scope to give" in error["message"]
+    from rest_framework.test import APIClient
+
+    session = APIClient()
+    session.force_login(alice)  # the console: no key, the user's own rights
+    error = assert_error(
+        session.post("/api/v1/api-keys/", {"name": "x", "scopes": ["staff"]}, format="json"),
+        400,
+        "invalid",
+        field="scopes",
+    )
+    assert "staff users only" in error["message"]
+    # Staff through a key without the staff scope cannot give it either.
+    plain = client_for(carol, scopes=["read"])
+    assert_error(
+        plain.post("/api/v1/api-keys/", {"name": "x", "scopes": ["read", "staff"]}, format="json"),
+        400,
+        "invalid",
+        field="scopes",
+    )
+    staff = client_for(carol)  # staff test keys carry the staff scope
+    made = staff.post("/api/v1/api-keys/", {"name": "ops", "scopes": ["staff"]}, format="json")
+    assert made.status_code == 201 and made.json()["scopes"] == ["staff"]
+
+
+def test_a_key_cannot_make_a_key_with_more_than_it_has(client_for, alice, db):
+    narrow = client_for(alice, scopes=["read"])
+    error = assert_error(
+        narrow.post("/api/v1/api-keys/", {"name": "x", "scopes": ["billing"]}, format="json"),
+        400,
+        "invalid",
+        field="scopes",
+    )
+    assert "no billing scope to give" in error["message"]
+    made = narrow.post("/api/v1/api-keys/", {"name": "x"}, format="json")
+    assert made.status_code == 201 and made.json()["scopes"] == ["read"]
+
+
+def test_an_expired_key_is_refused_like_an_unknown_one(client_for, alice, db):
+    client = client_for(alice)
+    assert client.get("/api/v1/me/").status_code == 200
+    ApiKey.objects.filter(pk=client.api_key.pk).update(expires_at=timezone.now())
+    error = assert_error(client.get("/api/v1/me/"), 401, "authentication_failed")
+    assert "expired" in error["message"]
+    made = client_for(alice).post(
+        "/api/v1/api-keys/", {"name": "x", "expires_at": "2000-01-01T00:00:00Z"}, format="json"
+    )
+    assert_error(made, 400, "invalid", field="expires_at")
+
+
+def test_a_password_reset_revokes_the_users_keys(client, client_for, alice, db):
+    api = client_for(alice)
+    assert api.get("/api/v1/me/").status_code == 200
+    uid = urlsafe_base64_encode(force_bytes(alice.pk))
+    token = default_token_generator.make_token(alice)
+    page = client.get(f"/password/reset/{uid}/{token}/", follow=True)
+    form_url = page.redirect_chain[-1][0]
+    done = client.post(
+        form_url,
+        {"new_password1": "a-brand-new-pass-phrase", "new_password2": "a-brand-new-pass-phrase"},
+    )
+    assert done.status_code == 302
+    assert_error(api.get("/api/v1/me/"), 401, "authentication_failed")
+    assert ApiKey.objects.filter(user=alice, revoked_at__isnull=True).count() == 0
