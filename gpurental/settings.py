@@ -7,6 +7,7 @@ loud refusal to start on production misconfiguration.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -120,6 +121,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",  # login throttling
     "gpurental.accounts",
     "gpurental.catalog",
     "gpurental.fleet",
@@ -139,7 +141,31 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its page
 ]
+
+# Logins are throttled per IP address and per account (django-axes): after
+# LOGIN_FAILURE_LIMIT failures either is locked for LOGIN_LOCKOUT_MINUTES. The lockout page
+# is the same whether or not the account exists. Attempts are counted in the cache (Redis).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+# The login forms post the e-mail as "username" (Django's LoginView and the admin's); axes
+# would otherwise look for USERNAME_FIELD ("email"), find nothing, and count every failure
+# under one empty name: a global lock.
+AXES_USERNAME_FORM_FIELD = "username"
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+PASSWORD_RESETS_PER_HOUR = env_int("PASSWORD_RESETS_PER_HOUR", 3)  # per e-mail; 3× per address
+# Websocket streams check their viewer again this often: logged out, deactivated or no
+# longer staff, and the stream closes (4401 / 4403).
+WS_RECHECK_SECONDS = float(os.environ.get("WS_RECHECK_SECONDS", "30"))
 
 # Content-Security-Policy (django-csp): scripts only from our own static files, never
 # inline, so that a name that slips into a page cannot run. Data reaches scripts through

@@ -95,3 +95,7 @@ def own_cache_keys(settings):
     key from an earlier test or run (a booking nonce, a throttle count) must not be seen."""
     cache = {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex[:12]}"}
     settings.CACHES = {**settings.CACHES, "default": cache}
+    # django-axes memoizes its handler, and the handler its cache: a new one for the new keys.
+    from axes.handlers.proxy import AxesProxyHandler
+
+    AxesProxyHandler.implementation = None

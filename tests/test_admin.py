@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 
-from gpurental.accounts.models import AuditEvent
+from gpurental.accounts.models import AuditEvent, User
 from gpurental.billing.models import Invoice, InvoiceStatus
 from gpurental.catalog.models import Plan
 from gpurental.console.demo import seed_demo
@@ -17,7 +17,7 @@ from gpurental.fleet.models import Host, HostStatus
 @pytest.fixture
 def admin_client(client, db):
     seed_demo()  # the demo data, without the command's DEBUG guard
-    assert client.login(email="admin@example.com", password="admin")
+    client.force_login(User.objects.get(email="admin@example.com"))
     return client
 
 
@@ -43,7 +43,7 @@ def test_every_admin_changelist_opens(admin_client, model):
 
 def test_customer_cannot_open_the_back_office(client, db):
     seed_demo()  # the demo data, without the command's DEBUG guard
-    client.login(email="demo@example.com", password="demo")
+    client.force_login(User.objects.get(email="demo@example.com"))
     response = client.get("/admin/catalog/plan/")
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]

@@ -139,3 +139,17 @@ def api_key_revoke(*, key: ApiKey, actor: User) -> ApiKey:
         audit_record(action="api_key.revoke", actor=actor, obj=key)
     key.refresh_from_db()
     return key
+
+
+def attempt_allowed(*, key: str, limit: int, window_s: int = 3600) -> bool:
+    """Count one attempt under ``key`` (in the cache, per window); False past ``limit``."""
+    from django.core.cache import cache
+
+    bucket = f"attempts:{key}"
+    cache.add(bucket, 0, timeout=window_s)
+    try:
+        count = cache.incr(bucket)
+    except ValueError:  # expired between add and incr
+        cache.set(bucket, 1, timeout=window_s)
+        count = 1
+    return count <= limit

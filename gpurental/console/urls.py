@@ -14,7 +14,7 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
-    path("password/reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
+    path("password/reset/", views.PasswordReset.as_view(), name="password_reset"),
     path(
         "password/reset/done/",
         auth_views.PasswordResetDoneView.as_view(),

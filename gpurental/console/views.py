@@ -27,6 +27,7 @@ from gpurental.accounts.services import (
     api_key_create,
     api_key_revoke,
     api_keys_revoke_all,
+    attempt_allowed,
     audit_record,
 )
 from gpurental.billing import pricing, reports
@@ -455,3 +456,21 @@ class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
         response = super().form_valid(form)
         api_keys_revoke_all(user=form.user, reason="password reset")
         return response
+
+
+class PasswordReset(auth_views.PasswordResetView):
+    """The reset form, throttled per address and per e-mail: over the limit it answers the
+    same "check your inbox" and sends nothing (no spam, nothing to learn)."""
+
+    def form_valid(self, form):
+        email = form.cleaned_data["email"].lower()
+        ip = self.request.META.get("REMOTE_ADDR", "")
+        if not (
+            attempt_allowed(key=f"reset:ip:{ip}", limit=settings.PASSWORD_RESETS_PER_HOUR * 3)
+            and attempt_allowed(key=f"reset:email:{email}", limit=settings.PASSWORD_RESETS_PER_HOUR)
+        ):
+            audit_record(
+                action="auth.reset_throttled", changes={"email": email[:254]}, ip_address=ip
+            )
+            return HttpResponseRedirect(self.get_success_url())
+        return super().form_valid(form)

@@ -36,10 +36,12 @@ host's latest sample once a second and sends the same frame to each fleet viewer
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from gpurental.agent.sampler import host_group
 from gpurental.fleet.models import Host
@@ -54,12 +56,60 @@ CLOSE_NOT_FOUND = 4404
 SNAPSHOT_EVENTS = 200
 
 
+def _viewer_still_allowed(user_id, session_key: str | None, needs_staff: bool) -> int | None:
+    """None while the viewer may still watch; else the close code. Logged out (the session
+    is gone or now someone else's), deactivated, or no longer staff where staff is needed."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    user = get_user_model().objects.filter(pk=user_id).only("is_active", "is_staff").first()
+    if user is None or not user.is_active:
+        return CLOSE_UNAUTHENTICATED
+    if session_key is not None:
+        session = Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        data = session.first()
+        if data is None or str(data.get_decoded().get("_auth_user_id")) != str(user_id):
+            return CLOSE_UNAUTHENTICATED
+    if needs_staff and not user.is_staff:
+        return CLOSE_FORBIDDEN
+    return None
+
+
+class WatchedConsumer(AsyncJsonWebsocketConsumer):
+    """A stream that ends when its viewer logs out, is deactivated or loses staff status:
+    checked again every ``WS_RECHECK_SECONDS``."""
+
+    needs_staff = False
+    _watch: asyncio.Task | None = None
+
+    def watch(self) -> None:
+        user = self.scope["user"]
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        self._watch = asyncio.ensure_future(self._recheck(user.pk, key))
+
+    async def _recheck(self, user_id, session_key) -> None:
+        while True:
+            await asyncio.sleep(settings.WS_RECHECK_SECONDS)
+            code = await database_sync_to_async(_viewer_still_allowed)(
+                user_id, session_key, self.needs_staff
+            )
+            if code is not None:
+                await self.close(code=code)
+                return
+
+    def stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+
+
 def _gpu_fields(gpu: dict) -> dict:
     keys = ("index", "util", "mem_used", "mem_total", "temp", "power", "sm_clock", "stale")
     return {k: gpu.get(k) for k in keys}
 
 
-class InstanceConsumer(AsyncJsonWebsocketConsumer):
+class InstanceConsumer(WatchedConsumer):
     group: str | None = None
     telemetry_group: str | None = None
 
@@ -82,6 +132,7 @@ class InstanceConsumer(AsyncJsonWebsocketConsumer):
         snapshot = await database_sync_to_async(_snapshot)(user, instance_id) or snapshot
         await self._follow(snapshot["telemetry"])
         await self.accept()
+        self.watch()
         # The current state first, so a page never misses what happened before it subscribed.
         await self.send_json({"type": "snapshot", **snapshot})
         if self.telemetry_group:
@@ -114,6 +165,7 @@ class InstanceConsumer(AsyncJsonWebsocketConsumer):
         self.telemetry_group = wanted
 
     async def disconnect(self, code):
+        self.stop_watching()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         if self.telemetry_group:
@@ -181,10 +233,11 @@ async def _staff_only(consumer: AsyncJsonWebsocketConsumer) -> bool:
     return True
 
 
-class HostConsumer(AsyncJsonWebsocketConsumer):
+class HostConsumer(WatchedConsumer):
     """Every GPU of one host, each second, as the agent sent it (staff only)."""
 
     group: str | None = None
+    needs_staff = True
 
     async def connect(self):
         if not await _staff_only(self):
@@ -197,9 +250,11 @@ class HostConsumer(AsyncJsonWebsocketConsumer):
         self.group = host_group(name)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.watch()
         await self.send_json({"type": "snapshot", "host": name})
 
     async def disconnect(self, code):
+        self.stop_watching()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -215,11 +270,12 @@ class HostConsumer(AsyncJsonWebsocketConsumer):
         )
 
 
-class FleetConsumer(AsyncJsonWebsocketConsumer):
+class FleetConsumer(WatchedConsumer):
     """Every host's utilisation, at most one message a second (staff only), from this
     process's shared fleet feed (``gpurental.telemetry.feed``)."""
 
     feed: FleetFeed | None = None
+    needs_staff = True
 
     async def connect(self):
         if not await _staff_only(self):
@@ -227,8 +283,10 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
         self.feed = fleet_feed()
         hosts = await self.feed.join(self)
         await self.accept()
+        self.watch()
         await self.send_json({"type": "snapshot", "hosts": hosts})
 
     async def disconnect(self, code):
+        self.stop_watching()
         if self.feed is not None:
             await self.feed.leave(self)
