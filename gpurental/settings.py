@@ -163,6 +163,8 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 PASSWORD_RESETS_PER_HOUR = env_int("PASSWORD_RESETS_PER_HOUR", 3)  # per e-mail; 3× per address
+SIGNUPS_PER_HOUR = env_int("SIGNUPS_PER_HOUR", 10)  # per client address (3 per e-mail)
+SIGNUP_CONFIRM_HOURS = env_int("SIGNUP_CONFIRM_HOURS", 24)
 # Websocket streams check their viewer again this often: logged out, deactivated or no
 # longer staff, and the stream closes (4401 / 4403).
 WS_RECHECK_SECONDS = float(os.environ.get("WS_RECHECK_SECONDS", "30"))
@@ -223,6 +225,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_FILE_PATH = os.environ.get(
+    "EMAIL_FILE_PATH", str(BASE_DIR / "var" / "mail")
+)  # filebased backend
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpurental <noreply@localhost>")
 
 if not DEBUG:

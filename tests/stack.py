@@ -156,6 +156,9 @@ def web_server(agent, tmp_path):
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": django_settings.REDIS_URL,
         "SECURE_COOKIES": "0",  # plain http on 127.0.0.1
+        # Mail to files the tests can read (sign-up confirmations, notices).
+        "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+        "EMAIL_FILE_PATH": str(tmp_path / "mail"),
     }
     log = open(tmp_path / "daphne.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(  # noqa: S603

@@ -153,3 +153,86 @@ def attempt_allowed(*, key: str, limit: int, window_s: int = 3600) -> bool:
         cache.set(bucket, 1, timeout=window_s)
         count = 1
     return count <= limit
+
+
+# --- sign-up ----------------------------------------------------------------------------
+# A sign-up never tells whether an address is registered: a new one gets a confirmation
+# link (the account is made when it is followed), a registered one a notice to its owner.
+# Both answer "check your inbox".
+
+SIGNUP_KEY = "signup:pending:{token}"
+
+
+def signup_start(
+    *, email: str, password: str, full_name: str = "", company: str = "", ip: str | None = None
+) -> None:
+    from django.conf import settings
+    from django.contrib.auth.hashers import make_password
+    from django.core.cache import cache
+    from django.core.mail import send_mail
+
+    email = email.strip().lower()
+    if not (
+        attempt_allowed(key=f"signup:ip:{ip}", limit=settings.SIGNUPS_PER_HOUR)
+        and attempt_allowed(key=f"signup:email:{email}", limit=3)
+    ):
+        audit_record(action="auth.signup_throttled", changes={"email": email}, ip_address=ip)
+        return
+    site = settings.PUBLIC_URL.rstrip("/")
+    owner = User.objects.filter(email__iexact=email).first()
+    if owner is not None:
+        send_mail(
+            "Someone tried to sign up with your address",
+            f"Someone asked to create a gpurental account for {email}, which has one already.\n"
+            f"If it was you: log in at {site}/login/ or reset your password at "
+            f"{site}/password/reset/. If it was not, there is nothing to do.",
+            None,
+            [owner.email],
+        )
+        audit_record(action="auth.signup_existing", actor=owner, obj=owner, ip_address=ip)
+        return
+    token = secrets.token_urlsafe(32)
+    cache.set(
+        SIGNUP_KEY.format(token=token),
+        {
+            "email": email,
+            "full_name": full_name[:150],
+            "company": company[:150],
+            "password": make_password(password),
+        },
+        timeout=settings.SIGNUP_CONFIRM_HOURS * 3600,
+    )
+    send_mail(
+        "Confirm your gpurental account",
+        f"Follow this link to create your account ({email}):\n{site}/signup/confirm/{token}/\n"
+        f"It works once, for {settings.SIGNUP_CONFIRM_HOURS} hours. If you did not ask, ignore it.",
+        None,
+        [email],
+    )
+
+
+def signup_pending(*, token: str) -> dict | None:
+    from django.core.cache import cache
+
+    return cache.get(SIGNUP_KEY.format(token=token)) if token else None
+
+
+def signup_confirm(*, token: str, ip: str | None = None) -> User | None:
+    """The new account of a pending sign-up (once); None when the link is unknown, used or
+    expired, or the address was registered meanwhile."""
+    from django.core.cache import cache
+
+    pending = signup_pending(token=token)
+    cache.delete(SIGNUP_KEY.format(token=token))
+    if pending is None:
+        return None
+    with transaction.atomic():
+        if User.objects.filter(email__iexact=pending["email"]).exists():
+            return None
+        user = User(
+            email=pending["email"], full_name=pending["full_name"], company=pending["company"]
+        )
+        user.password = pending["password"]
+        user.save()
+        audit_record(action="user.signup", actor=user, obj=user, ip_address=ip)
+    return user

@@ -2,7 +2,7 @@ import datetime as dt
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth.forms import BaseUserCreationForm
+from django.contrib.auth import password_validation
 from django.core.validators import MaxValueValidator
 from django.utils import timezone
 
@@ -10,18 +10,36 @@ from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 
 
-class SignupForm(BaseUserCreationForm):
-    class Meta:
-        model = User
-        fields = ("email", "full_name", "company")
+class SignupForm(forms.Form):
+    """The sign-up form. It never says whether an address is registered: both answers are
+    "check your inbox" (accounts.services.signup_start)."""
+
+    email = forms.EmailField(max_length=254)
+    full_name = forms.CharField(max_length=150, required=False, label="Full name")
+    company = forms.CharField(max_length=150, required=False)
+    password1 = forms.CharField(
+        label="Password",
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+        help_text=password_validation.password_validators_help_text_html(),
+    )
+    password2 = forms.CharField(
+        label="Password again", widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})
+    )
 
     def clean_email(self):
-        email = self.cleaned_data["email"].strip().lower()
-        if User.objects.filter(email__iexact=email).exists():
-            raise forms.ValidationError(
-                "An account with this e-mail address exists already; log in instead."
-            )
-        return email
+        return self.cleaned_data["email"].strip().lower()
+
+    def clean(self):
+        data = super().clean()
+        first, second = data.get("password1"), data.get("password2")
+        if first and second and first != second:
+            self.add_error("password2", "The two passwords differ.")
+        elif first:
+            try:
+                password_validation.validate_password(first, User(email=data.get("email", "")))
+            except forms.ValidationError as exc:
+                self.add_error("password1", exc)
+        return data
 
 
 class LaunchForm(forms.Form):

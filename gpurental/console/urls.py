@@ -6,6 +6,7 @@ from gpurental.console import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("signup/", views.signup, name="signup"),
+    path("signup/confirm/<str:token>/", views.signup_confirm_view, name="signup_confirm"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/change/", auth_views.PasswordChangeView.as_view(), name="password_change"),

@@ -29,6 +29,9 @@ from gpurental.accounts.services import (
     api_keys_revoke_all,
     attempt_allowed,
     audit_record,
+    signup_confirm,
+    signup_pending,
+    signup_start,
 )
 from gpurental.billing import pricing, reports
 from gpurental.billing.selectors import operator_zone
@@ -62,14 +65,29 @@ def signup(request):
         return redirect("dashboard")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        user = form.save()
-        audit_record(
-            action="user.signup", actor=user, obj=user, ip_address=request.META.get("REMOTE_ADDR")
+        data = form.cleaned_data
+        signup_start(
+            email=data["email"],
+            password=data["password1"],
+            full_name=data["full_name"],
+            company=data["company"],
+            ip=request.META.get("REMOTE_ADDR"),
         )
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        messages.success(request, "Welcome! Your account is ready.")
-        return redirect("dashboard")
+        return render(request, "registration/signup_done.html", {"email": data["email"]})
     return render(request, "registration/signup.html", {"form": form})
+
+
+def signup_confirm_view(request, token: str):
+    """The link from the confirmation e-mail: a button (a mail scanner's GET creates nothing)."""
+    pending = signup_pending(token=token)
+    if request.method == "POST" and pending is not None:
+        user = signup_confirm(token=token, ip=request.META.get("REMOTE_ADDR"))
+        if user is not None:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            messages.success(request, "Welcome! Your account is ready.")
+            return redirect("dashboard")
+        pending = None
+    return render(request, "registration/signup_confirm.html", {"pending": pending})
 
 
 @login_required

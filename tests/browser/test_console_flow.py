@@ -56,7 +56,22 @@ def shot(page, name):
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
-def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, catalog):
+def confirmation_link(mail_dir: Path) -> str:
+    """The sign-up link from the web process's mail (file backend)."""
+    import re
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for message in sorted(mail_dir.glob("*.log")) if mail_dir.exists() else []:
+            found = re.search(r"(/signup/confirm/[^/\s]+/)", message.read_text())
+            if found:
+                return found.group(1)
+        time.sleep(0.2)
+    raise AssertionError(f"no confirmation mail in {mail_dir}")
+
+
+def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, catalog, tmp_path):
     from gpurental.rentals.models import Instance
 
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -72,6 +87,10 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
     page.fill("input[name=password1]", "a-long-pass-phrase-7")
     page.fill("input[name=password2]", "a-long-pass-phrase-7")
     page.click("button:has-text('Sign up')")
+    page.wait_for_selector("text=Check your inbox")
+    link = confirmation_link(tmp_path / "mail")
+    page.goto(f"{web_server}{link}")
+    page.click("button:has-text('Create my account')")
     page.wait_for_url("**/dashboard/")
     assert "No instances yet" in page.content()
     shot(page, "02-dashboard-empty")

@@ -33,35 +33,6 @@ def test_catalog_shows_free_and_total_and_filters(client, a100, make_host):
     assert "A100" not in client.get("/", {"interconnect": "pcie"}).text.split("<tbody>")[1]
 
 
-def test_signup_logs_in_and_lands_on_an_empty_dashboard(client, db):
-    response = client.post(
-        reverse("signup"),
-        {
-            "email": "New@Example.com",
-            "full_name": "N",
-            "company": "",
-            "password1": "a-long-pass-phrase-7",
-            "password2": "a-long-pass-phrase-7",
-        },
-        follow=True,
-    )
-    assert response.redirect_chain[-1][0] == reverse("dashboard")
-    assert "No instances yet" in response.text
-    assert "0.00" in response.text and "Your balance is empty" in response.text
-
-
-def test_signup_with_a_taken_email_says_so(client, alice):
-    response = client.post(
-        reverse("signup"),
-        {
-            "email": "alice@example.com",
-            "password1": "x-long-pass-phrase-7",
-            "password2": "x-long-pass-phrase-7",
-        },
-    )
-    assert "exists already" in response.text
-
-
 def test_launch_form_goes_straight_to_the_instance_page(
     client, alice, a100, make_host, image, sent
 ):
