@@ -112,3 +112,17 @@ def test_hostile_names_are_shown_as_text_and_never_run(browser, web_server, host
     assert staff.evaluate("window.pwned") is None
     # The inline payload would have been blocked by the CSP, and said so; none was attempted.
     assert not [v for v in violations if "inline" in v], violations
+
+
+def test_swagger_ui_works_under_the_csp(browser, web_server):  # noqa: F811
+    """The API docs render (their start-up script is a file, not inline) with no CSP error."""
+    page = browser.new_context().new_page()
+    violations = []
+    page.on(
+        "console", lambda m: violations.append(m.text) if "Content Security" in m.text else None
+    )
+    page.goto(f"{web_server}/api/docs/")
+    page.wait_for_selector(".swagger-ui .info", timeout=30_000)
+    assert "gpurental API" in page.inner_text(".swagger-ui .info")
+    page.wait_for_selector("text=/api/v1/instances/", timeout=30_000)
+    assert not violations, violations
