@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,7 @@ def platform_runs(runs: int, work: Path) -> list[float]:
     from django.conf import settings
 
     from gpurental.accounts.models import User
+    from gpurental.billing.services import credit_add
     from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
     from gpurental.celery_app import app
     from gpurental.fleet.models import Host
@@ -87,6 +89,8 @@ def platform_runs(runs: int, work: Path) -> list[float]:
     )
     image = ImageTemplate.objects.create(slug="jupyter-cpu", name="JupyterLab", image=IMAGE)
     user = User.objects.create_user(email="bench@example.com", password=uuid.uuid4().hex)
+    # Launches need credit for their minimum prepaid period, like any customer's.
+    credit_add(user=user, amount=Decimal("1000.00"), description="bench credit")
     host, token = host_create(name="bench")
     agent = AgentProcess(
         broker_url=settings.CELERY_BROKER_URL,
