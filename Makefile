@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test lint format images docker-engine lock migrate clean-var
+.PHONY: install demo test bench-smoke lint format images docker-engine lock migrate clean-var
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -33,6 +33,12 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Every bench at a small size: it must still run and print sane figures (never a timing goal).
+bench-smoke: install
+	$(BIN)/python bench/invoicing.py --smoke
+	$(BIN)/python bench/telemetry.py --smoke
+	$(BIN)/python bench/launch.py --smoke
 
 lint: install
 	$(BIN)/ruff check .

@@ -163,7 +163,12 @@ def main() -> int:
     )
     parser.add_argument("--customers", type=int, default=5000)
     parser.add_argument("--charges", type=int, default=200, help="per customer")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the checks below (every invoice, totals, numbering) still run
+        args.customers, args.charges = 50, 10
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
     from gpurental import embedded
 

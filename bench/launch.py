@@ -195,7 +195,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.runs = 1
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
     from gpurental import embedded
 
@@ -218,7 +223,11 @@ def main() -> int:
     ratio = percentile(platform, 0.5) / percentile(direct, 0.5)
     ratio95 = percentile(platform, 0.95) / percentile(direct, 0.95)
     print(f"ratio platform/direct: p50 {ratio:.3f}, p95 {ratio95:.3f} (goal: under 1.15)")
-    return 0
+    # Sane, not fast: every launch answered, in a time a launch can take.
+    sane = len(direct) == len(platform) == args.runs and all(0 < t < 120 for t in direct + platform)
+    if not sane:
+        print("the figures are not sane: some launch did not finish or took absurdly long")
+    return 0 if sane else 1
 
 
 if __name__ == "__main__":

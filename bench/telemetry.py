@@ -468,7 +468,12 @@ def main() -> int:
     parser.add_argument(
         "--layer", choices=("core", "pubsub"), default="core", help="CHANNEL_LAYER_BACKEND"
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.hosts, args.clients, args.fleet_clients, args.duration, args.warmup = 2, 4, 1, 4.0, 1.0
     os.environ["CHANNEL_LAYER_BACKEND"] = args.layer  # this process and Daphne
     if not (1 <= args.hosts <= 1000 and 0 <= args.clients <= 5000 and 1 <= args.duration <= 600):
         parser.error("keep it bounded: 1-1000 hosts, 0-5000 clients, 1-600 s")
@@ -540,7 +545,13 @@ def main() -> int:
         print(
             f"closed by the server: {len(result['closed'])} (codes {sorted(set(result['closed']))})"
         )
-    return 0
+    # Sane, not fast: samples were published, delivered, and no viewer was thrown out.
+    sane = result["host_ticks"] > 0 and result["received"] > 0 and not result["closed"]
+    if not sane:
+        print(
+            "the figures are not sane: nothing was published or delivered, or viewers were closed"
+        )
+    return 0 if sane else 1
 
 
 if __name__ == "__main__":
