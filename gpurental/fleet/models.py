@@ -52,6 +52,15 @@ class Host(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def heartbeat_fresh(self, now) -> bool:
+        """Heart-beating: its last beat is at most ``HOST_OFFLINE_AFTER`` seconds old."""
+        from django.conf import settings
+
+        return (
+            self.last_heartbeat_at is not None
+            and (now - self.last_heartbeat_at).total_seconds() <= settings.HOST_OFFLINE_AFTER
+        )
+
     @property
     def queue(self) -> str:
         return protocol.host_queue(self.name)

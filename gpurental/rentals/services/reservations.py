@@ -525,11 +525,7 @@ def _reserved_host(reservation: Reservation) -> Host | None:
 
 
 def _host_usable(host: Host, now: datetime) -> bool:
-    fresh = (
-        host.last_heartbeat_at is not None
-        and (now - host.last_heartbeat_at).total_seconds() <= settings.HOST_OFFLINE_AFTER
-    )
-    return fresh and host.status == HostStatus.ACTIVE
+    return host.heartbeat_fresh(now) and host.status == HostStatus.ACTIVE
 
 
 def reservations_tick(*, now: datetime | None = None) -> dict[str, int]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.conf import settings
-
 from gpurental.accounts.models import User
 from gpurental.rentals.events import publish_instance_event
 from gpurental.rentals.exceptions import InvalidTransition
@@ -110,12 +108,7 @@ def instance_notice(instance: Instance, *, reason: str, step: str, now: datetime
 
 def host_alive(instance: Instance, now: datetime) -> bool:
     """Is the instance's host heart-beating (within ``HOST_OFFLINE_AFTER``)?"""
-    host = instance.host
-    return (
-        host is not None
-        and host.last_heartbeat_at is not None
-        and (now - host.last_heartbeat_at).total_seconds() <= settings.HOST_OFFLINE_AFTER
-    )
+    return instance.host is not None and instance.host.heartbeat_fresh(now)
 
 
 def _has_run(instance: Instance) -> bool:
