@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpurental.client import cli
+from gpurental.client.cli import instances, output
 from gpurental.client.models import Instance
 from tests.client.conftest import API_KEY, error, instance
 
@@ -239,7 +240,7 @@ def test_bad_arguments_exit_2_without_calling_the_server(logged_in, capsys, argv
 
 def test_spinner_draws_the_latest_step_on_a_terminal():
     stream = TTY()
-    with cli._Progress(stream) as progress:
+    with output.Progress(stream) as progress:
         progress.update(
             Instance.from_api(
                 instance(status="provisioning", events=[{"step": "creating container"}])
@@ -257,7 +258,7 @@ def test_spinner_draws_the_latest_step_on_a_terminal():
 
 def test_open_prints_the_url_and_opens_a_browser(logged_in, capsys, monkeypatch):
     opened = []
-    monkeypatch.setattr(cli.webbrowser, "open", opened.append)
+    monkeypatch.setattr(instances.webbrowser, "open", opened.append)
     logged_in.reply(
         "GET", "/api/v1/instances/7/", (200, instance(status="running", jupyter_url=URL))
     )

@@ -1,0 +1,272 @@
+"""Instances: the GPUs on offer, launch, list, open, stop/start/restart, terminate, idle stop."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import webbrowser
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from gpurental.client.cli.account import logged_in_client
+from gpurental.client.cli.args import AddCommand, Handler, idle_minutes, positive_int
+from gpurental.client.cli.exit_codes import INTERRUPTED, OK, UNEXPECTED, UsageError
+from gpurental.client.cli.output import (
+    Progress,
+    ask,
+    instance_line,
+    print_json,
+    say,
+    table,
+    warn,
+)
+from gpurental.client.errors import InvalidState, PermissionDenied, Timeout
+from gpurental.client.models import STATUSES
+
+
+def _model_keys(model: dict[str, Any]) -> set[str]:
+    return {str(model[k]) for k in ("slug", "short_name", "name") if model.get(k)}
+
+
+def _plan_model_key(plan: dict[str, Any]) -> str | None:
+    value = plan.get("gpu_model")
+    if isinstance(value, dict):
+        value = value.get("slug") or value.get("short_name") or value.get("name")
+    return str(value) if value else None
+
+
+def _per_gpu_rate(plan: dict[str, Any]) -> Decimal | None:
+    try:
+        rate = Decimal(str(plan["hourly_rate"]))
+        count = int(plan.get("gpu_count") or 1)
+    except (KeyError, InvalidOperation, ValueError):
+        return None
+    # Shown with the places the server uses for rates; rounded once, here, for display.
+    places = Decimal(1).scaleb(min(rate.as_tuple().exponent, -2))
+    return (rate / count).quantize(places, rounding=ROUND_HALF_UP)
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        models = client.gpu_models()
+        plans = client.plans()
+    rows = []
+    for model in models:
+        keys = _model_keys(model)
+        priced = [
+            (rate, plan.get("currency") or "")
+            for plan in plans
+            if _plan_model_key(plan) in keys and (rate := _per_gpu_rate(plan)) is not None
+        ]
+        rate, currency = min(priced, key=lambda p: p[0]) if priced else (None, "")
+        rows.append(
+            {
+                **model,
+                "price_per_gpu_hour": str(rate) if rate is not None else None,
+                "price_currency": currency or None,
+            }
+        )
+    if args.json:
+        print_json(rows)
+        return OK
+    table(
+        ["GPU", "NAME", "MEMORY", "INTERCONNECT", "FREE", "PRICE/GPU-HOUR"],
+        [
+            [
+                row.get("short_name") or row.get("slug"),
+                row.get("name"),
+                f"{row['memory_gb']} GB" if row.get("memory_gb") is not None else None,
+                row.get("interconnect") or None,
+                f"{row.get('gpus_free', '?')}/{row.get('gpus_total', '?')}",
+                f"from {row['price_per_gpu_hour']} {row['price_currency'] or ''}".rstrip()
+                if row["price_per_gpu_hour"]
+                else None,
+            ]
+            for row in rows
+        ],
+    )
+    return OK
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    if args.plan and args.count is not None:
+        raise UsageError("--count goes with --gpu; a plan fixes the GPU count")
+    with logged_in_client() as client:
+        instance = client.create_instance(
+            gpu_type=args.gpu,
+            framework=args.image,
+            model_repo=args.model_repo,
+            gpu_count=args.count or 1,
+            plan=args.plan,
+            name=args.name,
+            idle_stop_minutes=args.idle_stop,
+        )
+        if not args.wait:
+            if args.json:
+                print_json(instance.raw)
+            else:
+                say(instance_line(instance))
+            return OK
+        try:
+            with Progress(sys.stderr) as progress:
+                url = instance.connect(timeout=args.timeout, on_progress=progress.update)
+        except KeyboardInterrupt:
+            warn(f"stopped waiting; instance {instance.id} keeps launching (see `gpurental ls`)")
+            return INTERRUPTED
+        except Timeout as exc:
+            raise Timeout(
+                f"{exc.message}; it may still start: `gpurental ls`, "
+                f"or `gpurental terminate {instance.id}`",
+                instance=instance,
+            ) from exc
+    if args.json:
+        print_json(instance.raw)
+    else:
+        say(url)
+    return OK
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        instances = client.list_instances(status=args.status)
+    if args.json:
+        print_json([i.raw for i in instances])
+        return OK
+    table(
+        ["ID", "NAME", "STATUS", "GPUS", "HOST", "CREATED"],
+        [
+            [
+                i.id,
+                i.name or None,
+                i.status,
+                f"{i.gpu_count}x {i.gpu_model}" if i.gpu_model else None,
+                i.host,
+                i.created_at.astimezone().strftime("%Y-%m-%d %H:%M") if i.created_at else None,
+            ]
+            for i in instances
+        ],
+    )
+    return OK
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        instance = client.get_instance(args.id)
+    if instance.status != "running":
+        hint = (
+            f"; start it with `gpurental start {instance.id}`"
+            if instance.status == "stopped"
+            else ""
+        )
+        raise InvalidState(
+            f"instance {instance.id} is {instance.status}, not running{hint}", code="invalid_state"
+        )
+    if not instance.jupyter_url:
+        raise PermissionDenied(f"only the owner of instance {instance.id} sees its JupyterLab URL")
+    if args.json:
+        print_json({"id": instance.id, "jupyter_url": instance.jupyter_url})
+        return OK
+    say(instance.jupyter_url)
+    if not args.print:
+        webbrowser.open(instance.jupyter_url)
+    return OK
+
+
+def _action(name: str) -> Handler:
+    def command(args: argparse.Namespace) -> int:
+        with logged_in_client() as client:
+            instance = getattr(client, name)(args.id)
+        if args.json:
+            print_json(instance.raw)
+        else:
+            say(instance_line(instance))
+        return OK
+
+    command.__name__ = f"cmd_{name}"
+    return command
+
+
+def cmd_terminate(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UsageError("terminating deletes the instance's /workspace; pass --yes")
+            instance = client.get_instance(args.id)
+            answer = ask(
+                f"Terminate instance {instance.id} ({instance.name or 'unnamed'}, "
+                f"{instance.status})? Its /workspace volume is deleted. [y/N] "
+            )
+            if answer.lower() not in ("y", "yes"):
+                warn("not terminated")
+                return UNEXPECTED
+        instance = client.terminate(args.id)
+    if args.json:
+        print_json(instance.raw)
+    else:
+        say(instance_line(instance))
+    return OK
+
+
+def cmd_idle_stop(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        instance = client.set_idle_policy(args.id, args.minutes)
+    if args.json:
+        print_json(instance.raw)
+        return OK
+    policy = (
+        f"stops after {instance.idle_stop_minutes} idle minutes (never deleted)"
+        if instance.idle_stop_minutes
+        else "idle auto-stop is off"
+    )
+    say(f"{instance_line(instance)}; {policy}")
+    return OK
+
+
+def add_commands(command: AddCommand) -> None:
+    command("gpus", cmd_gpus, "GPU models: free/total and the lowest price per GPU-hour")
+
+    p = command("launch", cmd_launch, "launch an instance and print its JupyterLab URL")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--gpu", metavar="MODEL", help="GPU model short name or slug (A10G)")
+    what.add_argument("--plan", metavar="SLUG", help="a plan (fixes GPU model and count)")
+    p.add_argument("--count", type=positive_int, help="GPUs, with --gpu (default 1)")
+    p.add_argument("--image", required=True, metavar="SLUG", help="image (pytorch-2.1)")
+    p.add_argument("--name", help="a name to tell instances apart")
+    p.add_argument(
+        "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"
+    )
+    p.add_argument(
+        "--idle-stop",
+        type=idle_minutes,
+        metavar="MINUTES",
+        help="stop it after this many idle minutes ('off': never; default: the plan's)",
+    )
+    p.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait until JupyterLab answers, then print its URL (default: wait)",
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait (default 600)")
+
+    p = command("ls", cmd_ls, "list your instances")
+    p.add_argument("--status", choices=STATUSES)
+
+    p = command("open", cmd_open, "print an instance's JupyterLab URL and open a browser")
+    p.add_argument("id")
+    p.add_argument("--print", action="store_true", help="only print the URL (so does --json)")
+
+    for name, text in (
+        ("stop", "stop an instance (its /workspace is kept)"),
+        ("start", "start a stopped instance again"),
+        ("restart", "restart an instance"),
+    ):
+        command(name, _action(name), text).add_argument("id")
+
+    p = command("terminate", cmd_terminate, "terminate an instance and delete its /workspace")
+    p.add_argument("id")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command("idle-stop", cmd_idle_stop, "set an instance's idle auto-stop (or 'off')")
+    p.add_argument("id")
+    p.add_argument("minutes", type=idle_minutes, metavar="MINUTES|off")
