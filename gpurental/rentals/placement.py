@@ -14,7 +14,7 @@ proposals in order and moves on when one is taken meanwhile.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 MAX_COMBINATIONS = 5000  # C(16, 8) is 12,870: beyond this we stop searching for cliques
@@ -67,19 +67,34 @@ def _candidate_sets(free: Sequence[FreeGpu], count: int) -> list[tuple[tuple[Fre
     return [(c, True) for c in connected] + [(c, False) for c in others]
 
 
-def propose(hosts: Iterable[HostFree], count: int) -> list[Proposal]:
-    """Every GPU set, on every host that can take ``count`` GPUs, best first."""
+def proposals(hosts: Iterable[HostFree], count: int) -> Iterator[Proposal]:
+    """Every GPU set, on every host that can take ``count`` GPUs, best first, made as they
+    are asked for: a launch usually takes the first, so at a thousand hosts the sets of
+    the others are never built.
+
+    Within one host every set has the same leftover and host name, so the order of
+    ``propose`` is: NVLink-connected sets host by host (fewest left over, then name),
+    then the other sets in the same host order.
+    """
     if count < 1:
         raise ValueError("count must be at least 1")
-    proposals = []
-    for host in hosts:
-        if len(host.free) < count:
-            continue
-        for gpus, connected in _candidate_sets(host.free, count):
-            proposals.append(
-                Proposal(host.host_id, host.host_name, gpus, connected, len(host.free) - count)
-            )
-    proposals.sort(
-        key=lambda p: (not p.nvlink_connected, p.leftover, p.host_name, [g.index for g in p.gpus])
+    fitting = sorted(
+        (host for host in hosts if len(host.free) >= count),
+        key=lambda h: (len(h.free) - count, h.host_name),
     )
-    return proposals
+    unconnected = []
+    for host in fitting:
+        leftover = len(host.free) - count
+        sets = _candidate_sets(host.free, count)
+        for gpus, connected in sets:
+            if connected:
+                yield Proposal(host.host_id, host.host_name, gpus, True, leftover)
+        unconnected.append((host, [gpus for gpus, connected in sets if not connected]))
+    for host, sets in unconnected:
+        for gpus in sets:
+            yield Proposal(host.host_id, host.host_name, gpus, False, len(host.free) - count)
+
+
+def propose(hosts: Iterable[HostFree], count: int) -> list[Proposal]:
+    """Every GPU set, on every host that can take ``count`` GPUs, best first."""
+    return list(proposals(hosts, count))

@@ -59,24 +59,22 @@ def free_gpus(
     hosts = schedulable_hosts(now=now) if hosts is None else hosts
     period = period or from_now(now)
     taken = Allocation.objects.filter(period__overlap=period).values("gpu_id")
-    gpus = (
+    # Plain tuples, not model instances: a launch reads every free GPU of the fleet
+    # (8,000 at a thousand hosts), and building that many models cost ~100 ms.
+    rows = (
         GPU.objects.filter(host__in=hosts, model=gpu_model, is_enabled=True)
         .exclude(pk__in=taken)
-        .select_related("host")
         .order_by("host__name", "index")
+        .values_list("host_id", "host__name", "pk", "index", "nvlink_peers")
     )
-    by_host: dict[int, list[GPU]] = defaultdict(list)
+    by_host: dict[int, list[FreeGpu]] = defaultdict(list)
     names = {}
-    for gpu in gpus:
-        by_host[gpu.host_id].append(gpu)
-        names[gpu.host_id] = gpu.host.name
+    for host_id, host_name, pk, index, peers in rows:
+        by_host[host_id].append(FreeGpu(pk, index, frozenset(peers)))
+        names[host_id] = host_name
     return [
-        HostFree(
-            host_id=host_id,
-            host_name=names[host_id],
-            free=tuple(FreeGpu(g.pk, g.index, frozenset(g.nvlink_peers)) for g in host_gpus),
-        )
-        for host_id, host_gpus in by_host.items()
+        HostFree(host_id=host_id, host_name=names[host_id], free=tuple(free))
+        for host_id, free in by_host.items()
     ]
 
 

@@ -19,7 +19,7 @@ from gpurental.fleet.models import Host
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import Allocation, Instance, Reservation
-from gpurental.rentals.placement import Proposal, propose
+from gpurental.rentals.placement import Proposal, proposals
 
 ROUNDS = 5
 DEADLOCK_DETECTED = "40P01"
@@ -49,10 +49,9 @@ def _no_capacity_message(
 def _hold(free: Callable[[], list], count: int, holder: dict, period: Range) -> Proposal | None:
     """Insert allocations for the first proposal the database accepts; None if none does."""
     for _ in range(ROUNDS):
-        proposals = propose(free(), count)
-        if not proposals:
-            return None
-        for proposal in proposals:
+        tried = 0
+        for proposal in proposals(free(), count):  # made one by one, as they are tried
+            tried += 1
             try:
                 with transaction.atomic():  # a savepoint: a refused proposal leaves nothing behind
                     Allocation.objects.bulk_create(
@@ -67,6 +66,8 @@ def _hold(free: Callable[[], list], count: int, holder: dict, period: Range) -> 
                 # other; PostgreSQL breaks the tie by failing one. For it, that GPU is taken.
                 if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
                     raise
+        if not tried:
+            return None
     return None
 
 
