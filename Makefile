@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test bench-smoke lint format images docker-engine lock migrate clean-var
+.PHONY: install demo test bench-smoke lint format images docker-engine lock migrate clean-var client-dist
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -39,6 +39,10 @@ bench-smoke: install
 	$(BIN)/python bench/invoicing.py --smoke
 	$(BIN)/python bench/telemetry.py --smoke
 	$(BIN)/python bench/launch.py --smoke
+
+# The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
+client-dist: $(BIN)/python
+	$(BIN)/python sdk/build.py
 
 lint: install
 	$(BIN)/ruff check .
