@@ -39,6 +39,7 @@ bench-smoke: install
 	$(BIN)/python bench/invoicing.py --smoke
 	$(BIN)/python bench/telemetry.py --smoke
 	$(BIN)/python bench/launch.py --smoke
+	$(BIN)/python bench/fleet.py --smoke
 
 # The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
 client-dist: $(BIN)/python
