@@ -356,9 +356,16 @@ async def publish_host(
         await store_sample(redis, sampler.host_name, messages[0])  # as the agent does
 
 
-async def run(
-    fleet: dict, port: int, duration: float, warmup: float, pids: dict, layer_kind: str
-) -> dict:
+def wait_for_go(work: Path) -> dict:
+    """The run's times, once the parent has written them (after every viewer connected)."""
+    go = work / "go.json"
+    while not go.exists():
+        time.sleep(0.05)
+    return json.loads(go.read_text())
+
+
+async def publisher_part(spec: dict, part: int, work: Path) -> dict:
+    """One publisher process: its share of the hosts, each ticking at its own phase."""
     import redis.asyncio as aioredis
     from channels_redis.core import RedisChannelLayer
     from channels_redis.pubsub import RedisPubSubChannelLayer
@@ -367,7 +374,51 @@ async def run(
     from gpurental.agent.gpus import SimulatedSource
     from gpurental.agent.sampler import Sampler
 
-    viewers = [Viewer(port, v["path"], v["cookie"], v["host"]) for v in fleet["viewers"]]
+    names = spec["hosts"][part :: spec["publishers"]]
+    phases = {name: i / len(spec["hosts"]) for i, name in enumerate(spec["hosts"])}
+    # Real agents each have their own connection; here a publisher's hosts share a pool.
+    layer_class = RedisPubSubChannelLayer if spec["layer"] == "pubsub" else RedisChannelLayer
+    layer = layer_class(hosts=[{**spec["layer_host"], "max_connections": len(names) + 16}])
+    redis = aioredis.Redis.from_url(spec["layer_host"]["address"], max_connections=len(names) + 16)
+    samplers = []
+    for name in names:
+        holdings = Holdings()
+        for index, instance_id in spec["stamps"].get(name, {}).items():
+            holdings.track(Holding(instance_id, (int(index),)))
+        samplers.append(
+            Sampler(
+                host_name=name,
+                source=SimulatedSource(host_name=name, model_name="NVIDIA A100-SXM4-80GB"),
+                holdings=holdings,
+                publish=None,
+                send_batch=None,
+            )
+        )
+    go = await asyncio.to_thread(wait_for_go, work)
+    sent: dict[str, list[float]] = {s.host_name: [] for s in samplers}
+    await asyncio.gather(
+        *(
+            publish_host(
+                layer,
+                redis,
+                s,
+                phases[s.host_name],
+                go["start"],
+                go["window"][1],
+                sent[s.host_name],
+            )
+            for s in samplers
+        )
+    )
+    await (layer.close_pools() if spec["layer"] == "core" else layer.flush())
+    await redis.aclose()
+    return {"sent": sent}
+
+
+async def client_part(spec: dict, part: int, work: Path) -> dict:
+    """One client process: its share of the viewers; says when all are connected."""
+    mine = spec["viewers"][part :: spec["client_procs"]]
+    viewers = [Viewer(v["port"], v["path"], v["cookie"], v["host"]) for v in mine]
     gate = asyncio.Semaphore(16)
 
     async def connect(viewer: Viewer) -> None:
@@ -383,80 +434,119 @@ async def run(
 
     started = time.monotonic()
     await asyncio.gather(*(connect(v) for v in viewers))
-    connect_s = time.monotonic() - started
-    # Real agents each have their own connection; here S publishers share one pool.
-    layer_class = RedisPubSubChannelLayer if layer_kind == "pubsub" else RedisChannelLayer
-    layer = layer_class(
-        hosts=[{**fleet["layer_host"], "max_connections": len(fleet["hosts"]) + 16}]
-    )
-    samplers = []
-    for name in fleet["hosts"]:
-        holdings = Holdings()
-        for index, instance_id in fleet["stamps"].get(name, {}).items():
-            holdings.track(Holding(instance_id, (index,)))
-        samplers.append(
-            Sampler(
-                host_name=name,
-                source=SimulatedSource(host_name=name, model_name="NVIDIA A100-SXM4-80GB"),
-                holdings=holdings,
-                publish=None,
-                send_batch=None,
-            )
-        )
-    start = time.time() + 0.5
-    window = (start + warmup, start + warmup + duration)
-    until = window[1] + 2.0  # let the last messages arrive
+    (work / f"connected-{part}").write_text(str(time.monotonic() - started))
+    go = await asyncio.to_thread(wait_for_go, work)
     for viewer in viewers:
-        viewer.window = window
-    sent: dict[str, list[float]] = {s.host_name: [] for s in samplers}
-    redis = aioredis.Redis.from_url(
-        fleet["layer_host"]["address"], max_connections=len(samplers) + 16
-    )
-    tasks = [
-        publish_host(layer, redis, s, i / len(samplers), start, window[1], sent[s.host_name])
-        for i, s in enumerate(samplers)
-    ]
-    readers = [v.run(until) for v in viewers]
-
-    async def measure_cpu() -> dict:
-        await asyncio.sleep(max(0.0, window[0] - time.time()))
-        before = {k: cpu_seconds(p) for k, p in pids.items()}
-        await asyncio.sleep(max(0.0, window[1] - time.time()))
-        return {k: (cpu_seconds(p) - before[k]) / duration for k, p in pids.items()}
-
-    results = await asyncio.gather(measure_cpu(), *tasks, *readers)
+        viewer.window = tuple(go["window"])
+    await asyncio.gather(*(v.run(go["until"]) for v in viewers))
     for viewer in viewers:
         viewer.close()
-    await (layer.close_pools() if layer_kind == "core" else layer.flush())
+    fleet = [v for v in viewers if v.host == "*"]
+    return {
+        "instance": [
+            {"host": v.host, "received": v.received.get(v.host, 0), "latencies": v.latencies}
+            for v in viewers
+            if v.host != "*"
+        ],
+        "fleet_updates": sum(sum(v.received.values()) for v in fleet),
+        # Every 16th of a fleet viewer's latencies: enough for percentiles, not megabytes.
+        "fleet_latencies": [lat for v in fleet for lat in v.latencies[::16]],
+        "fleet_viewers": len(fleet),
+        "closed": [v.close_code for v in viewers if v.close_code is not None],
+    }
+
+
+def child_main(role: str, spec_path: str, part: int) -> int:
+    work = Path(spec_path).parent
+    spec = json.loads(Path(spec_path).read_text())
+    runner = publisher_part if role == "publish" else client_part
+    result = asyncio.run(runner(spec, part, work))
+    (work / f"{role}-{part}.json").write_text(json.dumps(result))
+    return 0
+
+
+def run(spec: dict, work: Path, pids: dict, duration: float, warmup: float) -> dict:
+    """Starts the publisher and client processes, lets them run, gathers their figures."""
+    spec_path = work / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+
+    def child(role: str, part: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, __file__, "--child", role, str(spec_path), str(part)],
+            env=env,
+            cwd=ROOT,
+        )
+
+    children = [child("client", p) for p in range(spec["client_procs"])]
+    children += [child("publish", p) for p in range(spec["publishers"])]
+    try:
+        started = time.monotonic()
+        while len(list(work.glob("connected-*"))) < spec["client_procs"]:
+            if any(c.poll() not in (None, 0) for c in children):
+                raise RuntimeError("a bench child process failed while connecting")
+            if time.monotonic() - started > 600:
+                raise RuntimeError("viewers did not connect within 10 minutes")
+            time.sleep(0.2)
+        connect_s = time.monotonic() - started
+        start = time.time() + 1.0
+        window = (start + warmup, start + warmup + duration)
+        (work / "go.json.tmp").write_text(
+            json.dumps({"start": start, "window": window, "until": window[1] + 2.0})
+        )
+        (work / "go.json.tmp").rename(work / "go.json")
+        for p in range(spec["publishers"]):
+            pids[f"publisher {p}"] = children[spec["client_procs"] + p].pid
+        for p in range(spec["client_procs"]):
+            pids[f"clients {p}"] = children[p].pid
+        time.sleep(max(0.0, window[0] - time.time()))
+        before = {k: cpu_seconds(p) for k, p in pids.items()}
+        time.sleep(max(0.0, window[1] - time.time()))
+        cpu = {k: (cpu_seconds(p) - before[k]) / duration for k, p in pids.items()}
+        for c in children:
+            c.wait(120)
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+    parts = {
+        role: [
+            json.loads((work / f"{role}-{p}.json").read_text())
+            for p in range(spec["client_procs" if role == "client" else "publishers"])
+        ]
+        for role in ("client", "publish")
+    }
+    sent = {h: ts for part in parts["publish"] for h, ts in part["sent"].items()}
     ticks_in_window = {
         name: sum(1 for ts in stamps if window[0] <= ts < window[1])
         for name, stamps in sent.items()
     }
-    instance_viewers = [v for v in viewers if v.host != "*"]
-    fleet_viewers = [v for v in viewers if v.host == "*"]
-    expected = sum(ticks_in_window[v.host] for v in instance_viewers)
-    received = sum(
-        min(ticks_in_window[v.host], v.received.get(v.host, 0)) for v in instance_viewers
-    )
+    instance_viewers = [v for part in parts["client"] for v in part["instance"]]
+    expected = sum(ticks_in_window[v["host"]] for v in instance_viewers)
+    received = sum(min(ticks_in_window[v["host"]], v["received"]) for v in instance_viewers)
     # A fleet viewer gets the newest sample of each host once a second: ticks that land
     # in the same flush are coalesced by design, so count updates, not drops.
-    fleet_updates = sum(sum(v.received.values()) for v in fleet_viewers)
-    fleet_possible = len(fleet_viewers) * len(sent) * duration
+    fleet_viewers = sum(part["fleet_viewers"] for part in parts["client"])
+    fleet_updates = sum(part["fleet_updates"] for part in parts["client"])
+    fleet_possible = fleet_viewers * len(sent) * duration
+    latencies = [lat for v in instance_viewers for lat in v["latencies"]]
     return {
         "connect_s": connect_s,
-        "cpu": results[0],
+        "cpu": cpu,
         "expected": expected,
         "received": received,
-        "delivered": sum(len(v.latencies) for v in viewers),
-        "latencies": [lat for v in instance_viewers for lat in v.latencies],
-        "fleet_latencies": [lat for v in fleet_viewers for lat in v.latencies],
+        "delivered": len(latencies) + fleet_updates,
+        "latencies": latencies,
+        "fleet_latencies": [lat for part in parts["client"] for lat in part["fleet_latencies"]],
         "fleet_update_ratio": fleet_updates / fleet_possible if fleet_possible else None,
-        "closed": [v.close_code for v in viewers if v.close_code is not None],
+        "closed": [c for part in parts["client"] for c in part["closed"]],
         "host_ticks": sum(ticks_in_window.values()),
     }
 
 
 def main() -> int:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        return child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -468,55 +558,84 @@ def main() -> int:
     parser.add_argument(
         "--layer", choices=("core", "pubsub"), default="core", help="CHANNEL_LAYER_BACKEND"
     )
+    parser.add_argument("--daphnes", type=int, default=1, help="Daphne processes")
+    parser.add_argument("--publishers", type=int, default=1, help="publisher processes")
+    parser.add_argument("--client-procs", type=int, default=1, help="websocket client processes")
     parser.add_argument(
         "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
     )
     args = parser.parse_args()
     if args.smoke:
         args.hosts, args.clients, args.fleet_clients, args.duration, args.warmup = 2, 4, 1, 4.0, 1.0
+        args.daphnes, args.publishers, args.client_procs = 1, 1, 1
     os.environ["CHANNEL_LAYER_BACKEND"] = args.layer  # this process and Daphne
-    if not (1 <= args.hosts <= 1000 and 0 <= args.clients <= 5000 and 1 <= args.duration <= 600):
-        parser.error("keep it bounded: 1-1000 hosts, 0-5000 clients, 1-600 s")
+    if not (
+        1 <= args.hosts <= 1000
+        and 0 <= args.clients <= 5000
+        and 1 <= args.duration <= 600
+        and 1 <= args.daphnes <= 8
+        and 1 <= args.publishers <= 8
+        and 1 <= args.client_procs <= 16
+    ):
+        parser.error(
+            "keep it bounded: 1-1000 hosts, 0-5000 clients, 1-600 s, 1-8 Daphnes, "
+            "1-8 publishers, 1-16 client processes"
+        )
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
     from gpurental import embedded
 
-    daphne = None
+    daphnes: list[subprocess.Popen] = []
     try:
         urls = setup_django(work / "var")
         fleet = make_fleet(args.hosts, args.clients, args.fleet_clients)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        daphne = start_daphne(port, urls, work / "daphne.log")
-        wait_for_port(port, 60)
+        ports = []
+        for d in range(args.daphnes):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                ports.append(sock.getsockname()[1])
+            daphnes.append(start_daphne(ports[-1], urls, work / f"daphne-{d}.log"))
+        for port in ports:
+            wait_for_port(port, 60)
         redis_pid = int((work / "var" / "redis" / "redis.pid").read_text())
-        pids = {"daphne": daphne.pid, "redis": redis_pid, "bench": os.getpid()}
+        pids = {f"daphne {d}": p.pid for d, p in enumerate(daphnes)}
+        pids |= {"redis": redis_pid, "bench main": os.getpid()}
+        # Viewers spread over the Daphne processes, as a load balancer would.
+        for i, viewer in enumerate(fleet["viewers"]):
+            viewer["port"] = ports[i % len(ports)]
+        spec = {
+            "hosts": fleet["hosts"],
+            "viewers": fleet["viewers"],
+            "stamps": fleet["stamps"],
+            "layer_host": fleet["layer_host"],
+            "layer": args.layer,
+            "publishers": args.publishers,
+            "client_procs": args.client_procs,
+        }
         print(
             f"telemetry fan-out: {args.hosts} hosts × 8 GPUs at 1 Hz → {args.clients} instance "
             f"viewers + {args.fleet_clients} fleet viewers, {args.duration:g} s measured "
-            f"({os.cpu_count()} CPUs, one Daphne process, {args.layer} channel layer)",
+            f"({os.cpu_count()} CPUs, {args.daphnes} Daphne process(es), {args.layer} channel "
+            f"layer; bench: {args.publishers} publisher and {args.client_procs} client "
+            "process(es))",
             flush=True,
         )
-        result = asyncio.run(run(fleet, port, args.duration, args.warmup, pids, args.layer))
+        result = run(spec, work, pids, args.duration, args.warmup)
     finally:
-        if daphne is not None:
+        for daphne in daphnes:
             daphne.terminate()
             try:
                 daphne.wait(20)
             except subprocess.TimeoutExpired:
                 daphne.kill()
         embedded.stop(work / "var")
-        log = (
-            (work / "daphne.log").read_text(errors="replace")
-            if (work / "daphne.log").exists()
-            else ""
-        )
+        logs = [p.read_text(errors="replace") for p in sorted(work.glob("daphne-*.log"))]
         shutil.rmtree(work, ignore_errors=True)
-        lines = log.splitlines()
-        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
-        if starts:
-            print(f"daphne log: {len(starts)} tracebacks; the first:")
-            print("\n".join("    " + line for line in lines[starts[0] : starts[0] + 60]))
+        for log in logs:
+            lines = log.splitlines()
+            starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+            if starts:
+                print(f"daphne log: {len(starts)} tracebacks; the first:")
+                print("\n".join("    " + line for line in lines[starts[0] : starts[0] + 60]))
     lat = result["latencies"]
     dropped = result["expected"] - result["received"]
     cpu = result["cpu"]
@@ -538,8 +657,9 @@ def main() -> int:
             f"p99 {percentile(fleet_lat, 0.99) * 1000:.0f} ms (batched once a second)"
         )
     print(
-        f"CPU (cores):             daphne {cpu['daphne']:.2f}, redis {cpu['redis']:.2f}, "
-        f"bench (publishers + clients) {cpu['bench']:.2f}"
+        "CPU (cores):             "
+        + ", ".join(f"{name} {share:.2f}" for name, share in cpu.items())
+        + f"; total {sum(cpu.values()):.2f} of {os.cpu_count()}"
     )
     if result["closed"]:
         print(
