@@ -251,6 +251,29 @@ class InstanceListQuerySerializer(serializers.Serializer):
     )
 
 
+WAIT_TIMEOUT_MAX = 120  # seconds: below the read timeouts of common proxies
+
+
+class InstanceWaitQuerySerializer(serializers.Serializer):
+    wait_for = serializers.ChoiceField(
+        choices=InstanceStatus.choices,
+        required=False,
+        help_text="Long-poll: answer when the instance reaches this status (or failed, lost "
+        "or terminated), or when `timeout` runs out, with the state it is in then",
+        error_messages={
+            "invalid_choice": "{input!r} is not an instance status; choose one of: "
+            + ", ".join(InstanceStatus.values)
+        },
+    )
+    timeout = serializers.FloatField(
+        required=False,
+        default=60.0,
+        min_value=0,
+        max_value=WAIT_TIMEOUT_MAX,
+        help_text=f"Seconds to wait with `wait_for` (0 to {WAIT_TIMEOUT_MAX}, default 60)",
+    )
+
+
 def _choices(values) -> str:
     return ", ".join(values) or "none"
 

@@ -8,6 +8,7 @@ object does not exist or belongs to someone else, so nothing leaks its existence
 
 from __future__ import annotations
 
+from django.db import connection
 from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
 from drf_spectacular.utils import (
@@ -30,6 +31,7 @@ from gpurental.api.idempotency import KEY_PATTERN, idempotent
 from gpurental.billing.selectors import balance_status
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals import selectors as rental_selectors
+from gpurental.rentals.events import wait_for_status
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services.lifecycle import (
     instance_launch,
@@ -169,6 +171,35 @@ class InstanceViewSet(
             s.InstanceDetailSerializer(fresh, context=self.get_serializer_context()).data,
             status=status_code,
         )
+
+    @extend_schema(
+        parameters=[s.InstanceWaitQuerySerializer],
+        responses={200: s.InstanceDetailSerializer},
+    )
+    def retrieve(self, request, *args, **kwargs):
+        """One instance. With `wait_for`, a long-poll: the answer comes the moment the
+        status changes to it (or to failed, lost or terminated), else after `timeout`
+        seconds with the status then. The `Wait-Outcome` header says which: reached,
+        ended (failed, lost or terminated instead) or timeout."""
+        query = s.InstanceWaitQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        instance = self.get_object()  # another customer's instance: 404 before any wait
+        wanted = query.validated_data.get("wait_for")
+        if not wanted:
+            return self._detail(instance)
+        if not connection.in_atomic_block:
+            connection.close()  # hold no database connection while waiting
+        seen, changed = wait_for_status(
+            instance.pk,
+            wanted,
+            query.validated_data["timeout"],
+            current=lambda: Instance.objects.values_list("status", flat=True).get(pk=instance.pk),
+        )
+        response = self._detail(instance)
+        response["Wait-Outcome"] = (
+            "timeout" if not changed else "reached" if seen == wanted else "ended"
+        )
+        return response
 
     @extend_schema(parameters=[s.InstanceListQuerySerializer])
     def list(self, request, *args, **kwargs):
