@@ -99,6 +99,7 @@ class Client:
         self._session = session or requests.Session()
         self._sleep = sleep or _sleep
         self._clock = clock or time.monotonic
+        self._long_poll: bool | None = None  # does the server long-poll? None: not asked yet
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"
@@ -159,6 +160,22 @@ class Client:
 
     def get_instance(self, instance_id: Any) -> Instance:
         return self._instance(self._get_json(f"instances/{self._quote(instance_id)}/"))
+
+    def _wait_instance(self, instance_id: Any, status: str, timeout: float) -> tuple[Any, bool]:
+        """The instance as the server answers a long-poll for ``status`` (at most ``timeout``
+        seconds; sooner when it gets there, or fails, is lost or terminated), and whether the
+        server long-polled. An older server ignores the parameters and answers at once
+        without ``Wait-Outcome``; the SDK then polls instead (``_long_poll`` turns False)."""
+        headers: dict[str, str] = {}
+        data = self._request(
+            "GET",
+            f"instances/{self._quote(instance_id)}/",
+            params={"wait_for": status, "timeout": f"{timeout:.3f}"},
+            read_timeout=timeout + self.timeout,
+            headers_out=headers,
+        )
+        self._long_poll = "Wait-Outcome" in headers
+        return data, self._long_poll
 
     def set_idle_policy(self, instance_id: Any, minutes: int) -> Instance:
         """Stop the instance after ``minutes`` idle (never delete it); 0 turns it off."""
@@ -344,9 +361,13 @@ class Client:
         json_body: Any = None,
         accept: str = "application/json",
         raw: bool = False,
+        read_timeout: float | None = None,
+        headers_out: dict[str, str] | None = None,
     ) -> Any:
         """The answer's JSON; with ``raw``, its body as bytes (a download). Errors are JSON
-        either way and raise the typed error."""
+        either way and raise the typed error. ``read_timeout`` overrides ``timeout`` for
+        this call (a long-poll); ``headers_out`` receives the answer's headers."""
+        read_timeout = read_timeout or self.timeout
         url = self._url(path)
         headers = {
             "Authorization": f"Bearer {self._api_key}",
@@ -365,7 +386,7 @@ class Client:
                     params=params,
                     json=json_body,
                     headers=headers,
-                    timeout=(min(10.0, self.timeout), self.timeout),
+                    timeout=(min(10.0, self.timeout), read_timeout),
                 )
             except requests.exceptions.SSLError as exc:
                 raise ConnectionError(
@@ -379,7 +400,7 @@ class Client:
                 if isinstance(exc, requests.exceptions.ReadTimeout):
                     raise Timeout(
                         f"the gpurental server at {self.base_url} did not answer "
-                        f"{method} {path} within {self.timeout:g}s"
+                        f"{method} {path} within {read_timeout:g}s"
                     ) from exc
                 raise ConnectionError(
                     f"cannot reach the gpurental server at {self.base_url}: {_reason(exc)}"
@@ -392,6 +413,8 @@ class Client:
                     self._sleep(wait)
                     attempt += 1
                     continue
+            if headers_out is not None:
+                headers_out.update(response.headers)
             return self._answer(response, raw=raw)
 
     def _backoff(self, attempt: int) -> float:

@@ -29,6 +29,7 @@ STATUSES = (
 # Statuses an instance never leaves on its own: waiting for anything else is over.
 FAILED_STATUSES = ("failed", "lost")
 TERMINATED = "terminated"
+LONG_POLL_SECONDS = 60.0  # per request; the server allows up to 120
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -185,19 +186,30 @@ class Instance(_Bound):
         poll: float = 1.0,
         on_progress: Callable[[Instance], None] | None = None,
     ) -> Instance:
-        """Poll until the instance reaches ``status``; return it.
+        """Wait until the instance reaches ``status``; return it.
 
-        Raises ``LaunchFailed`` when it ends ``failed`` or ``lost`` instead (with the
-        server's reason), ``InvalidState`` when it is ``terminated`` instead, and
-        ``Timeout`` after ``timeout`` seconds. ``on_progress(instance)`` is called
-        after every poll.
+        Asks the server to answer the moment the status changes (a long-poll, at most
+        ``LONG_POLL_SECONDS`` per request); an older server that cannot is polled every
+        ``poll`` seconds instead. Raises ``LaunchFailed`` when the instance ends ``failed``
+        or ``lost`` instead (with the server's reason), ``InvalidState`` when it is
+        ``terminated`` instead, and ``Timeout`` after ``timeout`` seconds.
+        ``on_progress(instance)`` is called after every answer, at least every ``poll``
+        seconds while it waits.
         """
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
         client = self.client
         deadline = client._clock() + timeout
         while True:
-            self.refresh()
+            remaining = deadline - client._clock()
+            long_polled = False
+            if remaining > 0 and client._long_poll is not False:
+                # With on_progress the caller shows steps: come back at least every poll s.
+                wait = min(remaining, poll if on_progress else LONG_POLL_SECONDS)
+                data, long_polled = client._wait_instance(self.id, status, wait)
+                self._update(data)
+            else:
+                self.refresh()
             if on_progress is not None:
                 on_progress(self)
             if self.status == status:
@@ -217,7 +229,8 @@ class Instance(_Bound):
                     f"(waited for {status})",
                     instance=self,
                 )
-            client._sleep(min(poll, remaining))
+            if not long_polled:
+                client._sleep(min(poll, remaining))
 
     def connect(
         self,

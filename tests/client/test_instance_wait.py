@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpurental.client import Client, GpuRentalError, Instance, InvalidState, LaunchFailed, Timeout
-from tests.client.conftest import API_KEY, instance
+from tests.client.conftest import API_KEY, Answer, instance
 
 URL = "http://gpu-01.example:40001/lab?token=s3cret"
 DETAIL = "/api/v1/instances/7/"
@@ -163,3 +163,74 @@ def test_instance_reads_nested_objects_times_and_events():
     assert parsed.raw["extra_field"] == "kept"
     with pytest.raises(GpuRentalError, match="not bound"):
         parsed.refresh()
+
+
+LONG_POLLED = {"Wait-Outcome": "reached"}
+
+
+def test_connect_long_polls_a_server_that_can_and_never_sleeps(api, timed_client, clock):
+    api.reply(
+        "GET",
+        DETAIL,
+        (200, instance(status="pending")),
+        Answer(200, instance(status="provisioning"), headers={"Wait-Outcome": "timeout"}),
+        Answer(200, instance(status="running", jupyter_url=URL), headers=LONG_POLLED),
+    )
+
+    url = timed_client.get_instance(7).connect(timeout=600)
+
+    assert url == URL
+    assert clock.sleeps == []  # the server did the waiting
+    waits = [r.query for r in api.received("GET", DETAIL) if r.query]
+    assert waits == [{"wait_for": ["running"], "timeout": ["60.000"]}] * 2
+
+
+def test_a_long_poll_never_outlasts_the_callers_timeout(api, timed_client):
+    api.reply(
+        "GET", DETAIL, Answer(200, instance(status="pending"), headers={"Wait-Outcome": "timeout"})
+    )
+    instance_ = timed_client.get_instance(7)
+    ticks = iter(range(0, 100, 2))  # each look at the clock: 2 s later
+    timed_client._clock = lambda: next(ticks)
+
+    with pytest.raises(Timeout):
+        instance_.wait_until("running", timeout=5)
+    asked = [float(r.query["timeout"][0]) for r in api.received("GET", DETAIL) if r.query]
+    assert asked and max(asked) <= 5
+
+
+def test_with_on_progress_each_long_poll_comes_back_within_poll_seconds(api, timed_client):
+    api.reply(
+        "GET",
+        DETAIL,
+        (200, instance(status="pending")),
+        Answer(200, instance(status="pending"), headers={"Wait-Outcome": "timeout"}),
+        Answer(200, instance(status="running", jupyter_url=URL), headers=LONG_POLLED),
+    )
+    seen = []
+
+    timed_client.get_instance(7).connect(poll=2.0, on_progress=lambda i: seen.append(i.status))
+
+    assert seen == ["pending", "running"]
+    asked = [r.query["timeout"] for r in api.received("GET", DETAIL) if r.query]
+    assert asked == [["2.000"], ["2.000"]]
+
+
+def test_against_an_older_server_the_sdk_falls_back_to_polling(api, timed_client, clock):
+    # An older server ignores wait_for: it answers at once, without Wait-Outcome.
+    api.reply(
+        "GET",
+        DETAIL,
+        (200, instance(status="pending")),
+        (200, instance(status="pending")),
+        (200, instance(status="running", jupyter_url=URL)),
+    )
+
+    url = timed_client.get_instance(7).connect()
+
+    assert url == URL
+    assert clock.sleeps == [1.0]
+    queries = [r.query for r in api.received("GET", DETAIL)]
+    # get_instance, then one long-poll attempt, then plain polls only.
+    assert queries[1] == {"wait_for": ["running"], "timeout": ["60.000"]}
+    assert queries[2:] == [{}]
