@@ -163,6 +163,14 @@ def http_status(
         conn.close()
 
 
+# Readiness probes: a refused connection to a local port costs well under a millisecond, so
+# the first probes come fast (the answer is noticed within ~20 ms) and slow to READY_POLL_MAX.
+READY_POLL_FIRST = 0.02
+READY_POLL_GROWTH = 1.25
+READY_POLL_MAX = 0.05
+ALIVE_CHECK_EVERY = 0.5  # seconds between asking the runtime whether the container still runs
+
+
 def wait_for_jupyter(
     host: str,
     port: int,
@@ -182,9 +190,12 @@ def wait_for_jupyter(
     started = time.monotonic()
     deadline = started + timeout_s
     last: int | None = None
+    delay = READY_POLL_FIRST
+    checked_alive = -float("inf")
     while True:
-        if check_alive is not None:
-            check_alive()
+        if check_alive is not None and time.monotonic() - checked_alive >= ALIVE_CHECK_EVERY:
+            check_alive()  # asks the engine: not at every probe
+            checked_alive = time.monotonic()
         last = http_status(host, port, "/api/status", token)
         if last == 200:
             break
@@ -194,7 +205,8 @@ def wait_for_jupyter(
                 f"JupyterLab did not become ready on {host}:{port} within {timeout_s:.0f} s "
                 f"({seen}); see the instance logs"
             )
-        time.sleep(0.2)
+        time.sleep(delay)
+        delay = min(delay * READY_POLL_GROWTH, READY_POLL_MAX)
     anonymous = http_status(host, port, "/api/status", None)
     if anonymous not in (401, 403):
         raise RuntimeFailure(
