@@ -1,18 +1,25 @@
-"""Launch overhead: platform launch → JupyterLab answering, beside a direct docker SDK run.
+"""Launch latency as a customer lives it: three platform paths, each paired with a direct run.
 
-    .venv/bin/python bench/launch.py [--runs 10]
+    .venv/bin/python bench/launch.py [--pairs 10]
 
 Needs a Docker Engine (scripts/docker-engine.sh) and the image (make images). Starts its
-own embedded PostgreSQL and Redis in a temp dir, a control worker (thread) and a real
-host agent (process), then times, for each run:
+own embedded PostgreSQL and Redis in a temp dir, the real web process (Daphne), a real
+control worker (Celery, as the Procfile runs it) and a real host agent (process). Then,
+in rounds, for each path it runs one *pair*: a platform launch and a direct
+``docker run`` of the same image, environment and limits, in alternating order. Each
+run is timed from the first call until the bench's own GET of JupyterLab's
+``/api/status`` with the token answers 200. The paths:
 
-- platform: ``instance_launch`` called → the instance is ``running`` (the agent saw
-  JupyterLab answer 200 with the token, 403 without) → the benchmark's own GET with
-  the token answers 200;
-- direct: ``docker.containers.run`` of the same image with the same limits → the
-  same GET answers 200, polled at the agent's interval (0.2 s).
+- ``service``: ``instance_launch`` in-process, then waiting on the instance's channel-layer
+  group (what the long-poll uses) for ``running``;
+- ``rest``: ``POST /api/v1/instances/`` then ``GET …/{id}/?wait_for=running&timeout=60``;
+- ``sdk``: the article's snippet as written (``Client(...).create_instance(...)``, then
+  ``instance.connect()``).
 
-Prints p50/p95 of both and the ratio of the p50s.
+The direct run waits with the agent's own readiness check (``wait_for_jupyter``: same
+probes, same schedule). Prints, per path, p50 of each side and the median of the
+per-pair ratios platform/direct, and where the platform's time goes (from the
+instance's events).
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,11 +40,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 IMAGE = "gpurental/jupyter-cpu:latest"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def setup_django(var_dir: Path) -> None:
@@ -53,181 +57,334 @@ def setup_django(var_dir: Path) -> None:
     call_command("migrate", verbosity=0)
 
 
-def platform_runs(runs: int, work: Path) -> list[float]:
-    from celery.contrib.testing.worker import start_worker
-    from django.conf import settings
-
-    from gpurental.accounts.models import User
-    from gpurental.billing.services import credit_add
-    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
-    from gpurental.celery_app import app
-    from gpurental.fleet.models import Host
-    from gpurental.fleet.services import host_create
-    from gpurental.testing.agent_process import AgentProcess, wait_for
-
-    model = GPUModel.objects.create(
-        slug="a10g",
-        name="A10G 24GB",
-        short_name="A10G",
-        nvml_names=["NVIDIA A10G"],
-        memory_gb=24,
-        fp16_tflops=125,
-        bf16_tflops=125,
-        fp32_tflops=31.2,
-        memory_bandwidth_gbs=600,
-        interconnect=Interconnect.PCIE,
-    )
-    Plan.objects.create(
-        slug="a10g-x1",
-        name="1× A10G",
-        gpu_model=model,
-        gpu_count=1,
-        vcpus=1,
-        memory_gb=1,
-        disk_gb=10,
-        hourly_rate=1,
-    )
-    image = ImageTemplate.objects.create(slug="jupyter-cpu", name="JupyterLab", image=IMAGE)
-    user = User.objects.create_user(email="bench@example.com", password=uuid.uuid4().hex)
-    # Launches need credit for their minimum prepaid period, like any customer's.
-    credit_add(user=user, amount=Decimal("1000.00"), description="bench credit")
-    host, token = host_create(name="bench")
-    agent = AgentProcess(
-        broker_url=settings.CELERY_BROKER_URL,
-        host_name=host.name,
-        token=token,
-        log_path=work / "agent.log",
-    )
-    timings: list[float] = []
-    step_times: dict[str, list[float]] = {}
-    with start_worker(
-        app, pool="solo", perform_ping_check=False, queues=["control"], loglevel="WARNING"
-    ):
-        agent.start()
-        try:
-            wait_for(lambda: Host.objects.get(pk=host.pk).gpus.count() == 2, 60, "the agent", agent)
-            for run in range(runs + 1):  # the first run warms caches and is not counted
-                elapsed, steps = one_launch(user, image, model, agent)
-                if run:
-                    timings.append(elapsed)
-                    for step, at in steps.items():
-                        step_times.setdefault(step, []).append(at)
-                print(
-                    f"  platform run {run}: {elapsed:.3f} s{' (warm-up)' if not run else ''}",
-                    flush=True,
-                )
-        finally:
-            agent.stop()
-    print("  where the time goes (mean seconds after the launch call, from the instance's events):")
-    for step, values in sorted(step_times.items(), key=lambda item: statistics.mean(item[1])):
-        print(f"    {step:22}{statistics.mean(values):7.3f}")
-    return timings
+PATHS = ("service", "rest", "sdk")
 
 
-def one_launch(user, image, model, agent) -> tuple[float, dict[str, float]]:
-    from gpurental.agent.runtimes.base import http_status
-    from gpurental.rentals.models import Instance
-    from gpurental.rentals.services import lifecycle
-    from gpurental.testing.agent_process import wait_for
+class Platform:
+    """The platform under test: Daphne, a control worker and an agent on the bench's servers."""
 
-    started_wall = time.time()
+    def __init__(self, work: Path):
+        from django.conf import settings
+
+        from gpurental.accounts.services import api_key_create
+        from gpurental.billing.services import credit_add
+        from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+        from gpurental.fleet.services import host_create
+        from gpurental.testing.agent_process import AgentProcess
+
+        self.work = work
+        self.procs: list[subprocess.Popen] = []
+        self.model = GPUModel.objects.create(
+            slug="a10g",
+            name="A10G 24GB",
+            short_name="A10G",
+            nvml_names=["NVIDIA A10G"],
+            memory_gb=24,
+            fp16_tflops=125,
+            bf16_tflops=125,
+            fp32_tflops=31.2,
+            memory_bandwidth_gbs=600,
+            interconnect=Interconnect.PCIE,
+        )
+        Plan.objects.create(
+            slug="a10g-x1",
+            name="1× A10G",
+            gpu_model=self.model,
+            gpu_count=1,
+            vcpus=1,
+            memory_gb=1,
+            disk_gb=10,
+            hourly_rate=1,
+        )
+        # The article's framework; on a host without NVIDIA GPUs it runs the CPU image.
+        self.image = ImageTemplate.objects.create(
+            slug="pytorch-2.1",
+            name="PyTorch 2.1 + JupyterLab",
+            image="gpurental/pytorch-cuda:2.1",
+            cpu_image=IMAGE,
+        )
+        from gpurental.accounts.models import User
+
+        self.user = User.objects.create_user(email="bench@example.com", password=uuid.uuid4().hex)
+        # Launches need credit for their minimum prepaid period, like any customer's.
+        credit_add(user=self.user, amount=Decimal("1000.00"), description="bench credit")
+        _, self.api_key = api_key_create(user=self.user, name="bench")
+        host, token = host_create(name="bench")
+        self.hf_cache = work / "hf-cache"
+        (self.hf_cache / "hub").mkdir(parents=True)
+        host.hf_cache_dir = str(self.hf_cache)
+        host.save(update_fields=["hf_cache_dir"])
+        self.host = host
+        self.agent = AgentProcess(
+            broker_url=settings.CELERY_BROKER_URL,
+            host_name=host.name,
+            token=token,
+            log_path=work / "agent.log",
+            GPURENTAL_HF_CACHE_DIR=str(self.hf_cache),
+        )
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, *argv: str) -> None:
+        log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+        env = {**os.environ, "SECURE_COOKIES": "0", "LOG_LEVEL": "WARNING"}
+        self.procs.append(
+            subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        )
+
+    def start(self) -> None:
+        import requests
+
+        from gpurental.fleet.models import Host
+        from gpurental.testing.agent_process import wait_for
+
+        py = sys.executable
+        self._spawn("daphne", py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                    "gpurental.asgi:application")  # fmt: skip
+        # As the Procfile runs it: the control queue, two processes.
+        self._spawn("worker", py, "-m", "celery", "-A", "gpurental.celery_app", "worker",
+                    "-Q", "control", "-c", "2", "-n", "control@bench", "-l", "WARNING")  # fmt: skip
+        self.agent.start()
+
+        def web_up() -> bool:
+            try:
+                return requests.get(f"{self.base_url}/healthz", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(web_up, 60, "Daphne to serve /healthz")
+        gpus = Host.objects.filter(pk=self.host.pk, gpus__isnull=False)
+        wait_for(lambda: gpus.count() == 2, 60, "the agent's first heartbeat", self.agent)
+
+    def stop(self) -> None:
+        self.agent.stop()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    # --- the three paths: each returns (seconds, instance id) -------------
+
+    def launch(self, path: str) -> tuple[float, str]:
+        started = time.perf_counter()
+        url, instance_id = getattr(self, f"_{path}")()
+        answer_with_token(url)
+        return time.perf_counter() - started, instance_id
+
+    def _service(self) -> tuple[str, str]:
+        from gpurental.rentals.events import wait_for_status
+        from gpurental.rentals.models import Instance
+        from gpurental.rentals.services import lifecycle
+
+        instance = lifecycle.instance_launch(
+            user=self.user, image=self.image, gpu_model=self.model, gpu_count=1
+        )
+        status = Instance.objects.filter(pk=instance.pk).values_list("status", flat=True)
+        seen, _ = wait_for_status(instance.pk, "running", 120, current=lambda: status.get())
+        check(seen == "running", f"instance {instance.pk} is {seen}, not running")
+        from gpurental.console.selectors import jupyter_url
+
+        instance.refresh_from_db()
+        return jupyter_url(instance), str(instance.pk)
+
+    def _rest(self) -> tuple[str, str]:
+        import requests
+
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        answer = requests.post(
+            f"{self.base_url}/api/v1/instances/",
+            json={"gpu_model": "A10G", "gpu_count": 1, "image": "pytorch-2.1"},
+            headers=headers,
+            timeout=30,
+        )
+        check(answer.status_code == 201, f"launch answered {answer.status_code}: {answer.text}")
+        instance_id = answer.json()["id"]
+        answer = requests.get(
+            f"{self.base_url}/api/v1/instances/{instance_id}/",
+            params={"wait_for": "running", "timeout": "60"},
+            headers=headers,
+            timeout=90,
+        )
+        body = answer.json()
+        check(body.get("status") == "running", f"instance {instance_id}: {body}")
+        return body["jupyter_url"], instance_id
+
+    def _sdk(self) -> tuple[str, str]:
+        # The article's snippet, as written.
+        from gpurental.client import Client
+
+        client = Client(api_key=self.api_key, base_url=self.base_url)
+        instance = client.create_instance(
+            gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface"
+        )
+        url = instance.connect()  # waits until running, returns the JupyterLab URL
+        return url, str(instance.id)
+
+    def steps(self, instance_id: str) -> dict[str, float]:
+        """Seconds from the instance's creation to each step and state (its events)."""
+        from gpurental.rentals.models import Instance
+
+        instance = Instance.objects.get(pk=instance_id)
+        steps: dict[str, float] = {}
+        for event in instance.events.order_by("created_at", "pk"):
+            name = event.step or event.to_status
+            if name:
+                steps.setdefault(name, (event.created_at - instance.created_at).total_seconds())
+        return steps
+
+    def terminate(self, instance_id: str) -> None:
+        from gpurental.rentals.models import Instance
+        from gpurental.rentals.services import lifecycle
+        from gpurental.testing.agent_process import wait_for
+
+        lifecycle.instance_terminate(instance=Instance.objects.get(pk=instance_id), actor=self.user)
+        terminated = Instance.objects.filter(pk=instance_id, status="terminated")
+        wait_for(terminated.exists, 60, "terminated", self.agent)
+
+
+def answer_with_token(url: str) -> None:
+    """The customer's first request: JupyterLab's /api/status with the token, until 200."""
+    import requests
+
+    probe = url.replace("/lab?", "/api/status?")
+    deadline = time.monotonic() + 30
+    while requests.get(probe, timeout=5).status_code != 200:
+        check(time.monotonic() < deadline, f"{probe} did not answer 200 within 30 s")
+        time.sleep(0.01)
+
+
+def direct_run(client) -> float:
+    """``docker run`` of the same image and limits, waited for with the agent's own check."""
+    from gpurental.agent.runtimes.base import wait_for_jupyter
+
+    token = uuid.uuid4().hex
     started = time.perf_counter()
-    instance = lifecycle.instance_launch(user=user, image=image, gpu_model=model, gpu_count=1)
-    running = Instance.objects.filter(pk=instance.pk, status="running")
-    wait_for(running.exists, 120, "running", agent, interval=0.01)
-    instance.refresh_from_db()
-    port, token = instance.jupyter_port, instance.jupyter_token
-    wait_for(
-        lambda: http_status("127.0.0.1", port, "/api/status", token) == 200,
-        30,
-        "JupyterLab",
-        interval=0.01,
+    container = client.containers.run(
+        IMAGE,
+        detach=True,
+        environment={"JUPYTER_TOKEN": token},
+        ports={"8888/tcp": ("127.0.0.1",)},
+        nano_cpus=1_000_000_000,
+        mem_limit="1024m",
+        pids_limit=1024,
+        security_opt=["no-new-privileges:true"],
+        cap_drop=["ALL"],
+        labels={"gpurental.bench": "direct"},
     )
-    elapsed = time.perf_counter() - started
-    steps = {}
-    for event in instance.events.all():
-        name = event.step or event.to_status
-        steps.setdefault(name, event.created_at.timestamp() - started_wall)
-    lifecycle.instance_terminate(instance=instance, actor=user)
-    terminated = Instance.objects.filter(pk=instance.pk, status="terminated")
-    wait_for(terminated.exists, 60, "terminated", agent)
-    return elapsed, steps
+    try:
+        container.reload()
+        port = int(container.attrs["NetworkSettings"]["Ports"]["8888/tcp"][0]["HostPort"])
+        wait_for_jupyter("127.0.0.1", port, token, 60, progress=lambda line: None)
+        answer_with_token(f"http://127.0.0.1:{port}/lab?token={token}")
+        return time.perf_counter() - started
+    finally:
+        container.remove(force=True)
 
 
-def direct_runs(runs: int) -> list[float]:
+def check(ok: bool, message: str) -> None:
+    if not ok:
+        raise RuntimeError(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_pairs(platform: Platform, pairs: int) -> dict[str, dict]:
     import docker
 
-    from gpurental.agent.runtimes.base import http_status
-
     client = docker.from_env()
-    timings = []
-    for run in range(runs + 1):
-        token = uuid.uuid4().hex
-        started = time.perf_counter()
-        container = client.containers.run(
-            IMAGE,
-            detach=True,
-            environment={"JUPYTER_TOKEN": token},
-            ports={"8888/tcp": ("127.0.0.1",)},
-            nano_cpus=1_000_000_000,
-            mem_limit="1024m",
-            pids_limit=1024,
-            security_opt=["no-new-privileges:true"],
-            cap_drop=["ALL"],
-            labels={"gpurental.bench": "direct"},
+    results = {path: {"platform": [], "direct": [], "ratios": [], "steps": []} for path in PATHS}
+    for path in PATHS:  # warm-up: one of each, not counted
+        platform.terminate(platform.launch(path)[1])
+    direct_run(client)
+    for round_ in range(pairs):
+        for n, path in enumerate(PATHS):
+            platform_first = (round_ + n) % 2 == 0  # alternate which side goes first
+            if not platform_first:
+                direct = direct_run(client)
+            elapsed, instance_id = platform.launch(path)
+            if platform_first:
+                direct = direct_run(client)
+            result = results[path]
+            result["platform"].append(elapsed)
+            result["direct"].append(direct)
+            result["ratios"].append(elapsed / direct)
+            result["steps"].append(platform.steps(instance_id))
+            platform.terminate(instance_id)
+            print(
+                f"  pair {round_ + 1:2} {path:8} platform {elapsed:6.3f} s  direct {direct:6.3f} s"
+                f"  ratio {elapsed / direct:5.3f}",
+                flush=True,
+            )
+    return results
+
+
+def report(results: dict[str, dict], pairs: int) -> bool:
+    print()
+    print(
+        f"{'path':10}{'platform p50':>14}{'direct p50':>12}{'median pair ratio':>19}{'ratios':>16}"
+    )
+    for path, r in results.items():
+        ratios = r["ratios"]
+        print(
+            f"{path:10}{statistics.median(r['platform']):13.3f}s{statistics.median(r['direct']):11.3f}s"
+            f"{statistics.median(ratios):19.3f}{min(ratios):8.2f} – {max(ratios):4.2f}"
         )
-        try:
-            container.reload()
-            port = int(container.attrs["NetworkSettings"]["Ports"]["8888/tcp"][0]["HostPort"])
-            while http_status("127.0.0.1", port, "/api/status", token) != 200:
-                time.sleep(0.2)  # the agent's polling interval
-            elapsed = time.perf_counter() - started
-        finally:
-            container.remove(force=True)
-        if run:
-            timings.append(elapsed)
-        print(f"  direct   run {run}: {elapsed:.3f} s{' (warm-up)' if not run else ''}", flush=True)
-    return timings
+    print()
+    print("where the platform's time goes (median seconds after the instance row is created):")
+    for path, r in results.items():
+        names = sorted({n for s in r["steps"] for n in s}, key=lambda n: statistics.median(
+            [s[n] for s in r["steps"] if n in s]))  # fmt: skip
+        line = ", ".join(
+            f"{n} {statistics.median([s[n] for s in r['steps'] if n in s]):.3f}" for n in names
+        )
+        print(f"  {path:8} {line}")
+    # Sane, not fast: every pair ran, each launch answered in a time a launch can take.
+    everything = [t for r in results.values() for t in r["platform"] + r["direct"]]
+    sane = all(len(r["ratios"]) == pairs for r in results.values()) and all(
+        0 < t < 120 for t in everything
+    )
+    if not sane:
+        print("the figures are not sane: some launch did not finish or took absurdly long")
+    return sane
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=10, help="pairs per path (default 10)")
     parser.add_argument(
         "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
     )
     args = parser.parse_args()
     if args.smoke:
-        args.runs = 1
+        args.pairs = 1
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
     from gpurental import embedded
 
+    platform = None
     try:
         setup_django(work / "var")
         print(
-            f"launch benchmark: {args.runs} runs each (+1 warm-up), image {IMAGE}, {os.cpu_count()} CPUs"
+            f"launch benchmark: {args.pairs} interleaved pairs per path (+1 warm-up each), "
+            f"image {IMAGE}, {os.cpu_count()} CPUs"
         )
-        direct = direct_runs(args.runs)
-        platform = platform_runs(args.runs, work)
+        platform = Platform(work)
+        platform.start()
+        results = run_pairs(platform, args.pairs)
     finally:
+        if platform is not None:
+            platform.stop()
         embedded.stop(work / "var")
         shutil.rmtree(work, ignore_errors=True)
-    print()
-    print(f"{'':10}{'p50':>9}{'p95':>9}{'mean':>9}")
-    for name, values in (("direct", direct), ("platform", platform)):
-        print(
-            f"{name:10}{percentile(values, 0.5):8.3f}s{percentile(values, 0.95):8.3f}s{statistics.mean(values):8.3f}s"
-        )
-    ratio = percentile(platform, 0.5) / percentile(direct, 0.5)
-    ratio95 = percentile(platform, 0.95) / percentile(direct, 0.95)
-    print(f"ratio platform/direct: p50 {ratio:.3f}, p95 {ratio95:.3f} (goal: under 1.15)")
-    # Sane, not fast: every launch answered, in a time a launch can take.
-    sane = len(direct) == len(platform) == args.runs and all(0 < t < 120 for t in direct + platform)
-    if not sane:
-        print("the figures are not sane: some launch did not finish or took absurdly long")
-    return 0 if sane else 1
+    return 0 if report(results, args.pairs) else 1
 
 
 if __name__ == "__main__":
