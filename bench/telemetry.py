@@ -65,6 +65,7 @@ import argparse
 import asyncio
 import base64
 import json
+import logging
 import os
 import shutil
 import socket
@@ -216,7 +217,9 @@ def make_fleet(hosts: int, clients: int, fleet_clients: int) -> dict:
     }
 
 
-def start_daphne(port: int, urls: dict, log_path: Path) -> subprocess.Popen:
+def start_daphne(
+    port: int, urls: dict, log_path: Path, profile: str | None = None
+) -> subprocess.Popen:
     env = {
         **os.environ,
         **urls,
@@ -228,6 +231,7 @@ def start_daphne(port: int, urls: dict, log_path: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
+            *(["-m", "cProfile", "-o", profile] if profile else []),
             "-m",
             "daphne",
             "-b",
@@ -356,6 +360,16 @@ async def publish_host(
         await store_sample(redis, sampler.host_name, messages[0])  # as the agent does
 
 
+class OverCapacity(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "over capacity" in record.msg:
+            self.count += int(record.args[0]) if record.args else 1
+
+
 def wait_for_go(work: Path) -> dict:
     """The run's times, once the parent has written them (after every viewer connected)."""
     go = work / "go.json"
@@ -394,6 +408,12 @@ async def publisher_part(spec: dict, part: int, work: Path) -> dict:
                 send_batch=None,
             )
         )
+    # channels-redis drops a message for a full channel silently, but says so in its log:
+    # counting those lines tells a drop at the sender (a Daphne process's channel full)
+    # from a message lost anywhere else.
+    over = OverCapacity()
+    logging.getLogger("channels_redis.core").addHandler(over)
+    logging.getLogger("channels_redis.core").setLevel(logging.INFO)
     go = await asyncio.to_thread(wait_for_go, work)
     sent: dict[str, list[float]] = {s.host_name: [] for s in samplers}
     await asyncio.gather(
@@ -412,7 +432,7 @@ async def publisher_part(spec: dict, part: int, work: Path) -> dict:
     )
     await (layer.close_pools() if spec["layer"] == "core" else layer.flush())
     await redis.aclose()
-    return {"sent": sent}
+    return {"sent": sent, "over_capacity": over.count}
 
 
 async def client_part(spec: dict, part: int, work: Path) -> dict:
@@ -541,6 +561,7 @@ def run(spec: dict, work: Path, pids: dict, duration: float, warmup: float) -> d
         "fleet_update_ratio": fleet_updates / fleet_possible if fleet_possible else None,
         "closed": [c for part in parts["client"] for c in part["closed"]],
         "host_ticks": sum(ticks_in_window.values()),
+        "over_capacity": sum(part["over_capacity"] for part in parts["publish"]),
     }
 
 
@@ -561,6 +582,9 @@ def main() -> int:
     parser.add_argument("--daphnes", type=int, default=1, help="Daphne processes")
     parser.add_argument("--publishers", type=int, default=1, help="publisher processes")
     parser.add_argument("--client-procs", type=int, default=1, help="websocket client processes")
+    parser.add_argument(
+        "--profile-daphne", metavar="PATH", help="cProfile the first Daphne into PATH"
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
     )
@@ -593,7 +617,8 @@ def main() -> int:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 ports.append(sock.getsockname()[1])
-            daphnes.append(start_daphne(ports[-1], urls, work / f"daphne-{d}.log"))
+            profile = args.profile_daphne if d == 0 else None
+            daphnes.append(start_daphne(ports[-1], urls, work / f"daphne-{d}.log", profile))
         for port in ports:
             wait_for_port(port, 60)
         redis_pid = int((work / "var" / "redis" / "redis.pid").read_text())
@@ -648,7 +673,10 @@ def main() -> int:
         + (f", mean {statistics.mean(lat) * 1000:.1f} ms" if lat else "")
     )
     share = 100 * dropped / result["expected"] if result["expected"] else 0.0
-    print(f"dropped:                 {dropped} of {result['expected']} ({share:.2f} %)")
+    print(
+        f"dropped:                 {dropped} of {result['expected']} ({share:.2f} %); "
+        f"channel-layer sends skipped as over capacity (whole run): {result['over_capacity']}"
+    )
     if result["fleet_update_ratio"] is not None:
         fleet_lat = result["fleet_latencies"]
         print(
