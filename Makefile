@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test bench-smoke lint format images docker-engine lock migrate clean-var client-dist
+.PHONY: install demo test test-fast bench-smoke lint format images docker-engine lock migrate clean-var client-dist
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -33,6 +33,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast tier: unit and database tests, spread over the cores. Leaves out the tests
+# marked docker, browser or slow (processes, live servers); `make test` runs everything.
+test-fast: install
+	$(BIN)/python -m pytest -n auto -q -m "not docker and not browser and not slow" $(PYTEST_ARGS)
 
 # Every bench at a small size: it must still run and print sane figures (never a timing goal).
 bench-smoke: install

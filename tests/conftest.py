@@ -99,3 +99,14 @@ def own_cache_keys(settings):
     from axes.handlers.proxy import AxesProxyHandler
 
     AxesProxyHandler.implementation = None
+
+
+# Tests that use these start processes or live servers (tests/stack.py, pytest-django's
+# live_server): they are in the slow tier, which `make test-fast` leaves out.
+SLOW_FIXTURES = frozenset({"control_worker", "agent", "web_server", "live_server", "docker_client"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -7,6 +7,8 @@ import pytest
 
 from gpurental import embedded
 
+pytestmark = pytest.mark.slow  # starts embedded PostgreSQL and Redis
+
 
 @pytest.fixture(autouse=True)
 def signal_handlers():

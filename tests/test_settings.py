@@ -8,6 +8,8 @@ import pytest
 
 from gpurental.settings import celery_url, database_from_url
 
+pytestmark = pytest.mark.slow  # a Django process per setting
+
 
 def _load_settings(**env):
     base = {

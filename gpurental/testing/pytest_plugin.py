@@ -12,6 +12,7 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -33,7 +34,28 @@ def pytest_load_initial_conftests(early_config, parser, args):
         _started = var_dir
         for key, value in urls.items():
             os.environ.setdefault(key, value)
+    _own_redis_db_per_xdist_worker()
     return (yield)
+
+
+def _own_redis_db_per_xdist_worker() -> None:
+    """Under pytest-xdist each worker gets its own test database (pytest-django) and here
+    its own Redis database: counting down from the run's, so workers never share queues,
+    channel groups or cache keys."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or os.environ.get("GPURENTAL_TEST_REDIS_DB_SET"):
+        return
+    parts = urlsplit(os.environ["REDIS_URL"])
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme == "unix":  # the embedded Redis: unix:///path/redis.sock?db=N
+        base = int(query.get("db", 0))
+        query["db"] = str((base - 1 - int(worker[2:])) % 16)
+        url = f"unix://{parts.path}?{urlencode(query)}"  # urlunsplit would drop the //
+    else:  # redis://host:port/N
+        base = int(parts.path.strip("/") or 0)
+        url = urlunsplit(parts._replace(path=f"/{(base - 1 - int(worker[2:])) % 16}"))
+    os.environ["REDIS_URL"] = url
+    os.environ["GPURENTAL_TEST_REDIS_DB_SET"] = "1"
 
 
 def pytest_unconfigure(config):

@@ -13,6 +13,8 @@ from gpurental.agent.gpus.simulated import SimulatedSource
 from gpurental.agent.host import HostAgent
 from gpurental.agent.runtimes import make_runtime
 
+pytestmark = pytest.mark.slow  # JupyterLab subprocesses
+
 
 class RecordingReporter:
     """The agent's reports, kept here instead of sent to the control queue."""

@@ -15,6 +15,8 @@ from gpurental.agent.runtimes import ImageNotFound, RuntimeFailure, make_runtime
 from gpurental.agent.runtimes.base import ignore_progress
 from gpurental.agent.runtimes.process import STATE_FILE, ProcessRuntime
 
+pytestmark = pytest.mark.slow  # JupyterLab subprocesses
+
 
 def contents_url(started, path: str) -> str:
     return f"http://{started.host}:{started.port}/api/contents/{path}"

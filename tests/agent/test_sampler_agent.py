@@ -8,6 +8,7 @@ import json
 import os
 import uuid
 
+import pytest
 import redis
 from asgiref.sync import async_to_sync
 from channels_redis.core import RedisChannelLayer
@@ -15,6 +16,8 @@ from django.conf import settings
 
 from gpurental.agent.sampler import host_group, latest_key
 from gpurental.testing.agent_process import AgentProcess, wait_for
+
+pytestmark = pytest.mark.slow  # an agent process
 
 
 def test_the_agent_process_streams_samples_and_says_so(tmp_path):

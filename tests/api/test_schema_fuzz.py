@@ -32,6 +32,8 @@ from gpurental.billing.services import credit_add
 from gpurental.rentals.services.lifecycle import instance_launch, instance_report_running
 from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory
 
+pytestmark = pytest.mark.slow  # fuzzes every endpoint (hundreds of requests)
+
 REAL_VALUES = {
     "gpu_model": ["A10G", "a100-80GB-sxm"],
     "gpu_count": [1, 2, 8],

@@ -89,6 +89,7 @@ def test_a_watermark_behind_its_charges_cannot_charge_twice(
     assert instance.billed_until == datetime(2026, 6, 10, 10, 30, tzinfo=UTC)  # repaired
 
 
+@pytest.mark.slow  # meters a day under every schedule
 def test_meter_schedule_does_not_change_the_bill(berlin, funded, plan, make_host, run_instance):
     host = make_host("node1", plan.gpu_model)
     every_minute = run_instance(funded, plan, host, T0)

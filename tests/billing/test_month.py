@@ -29,6 +29,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from gpurental.billing.models import Charge, InvoiceLine
 from gpurental.billing.pricing import local_month
 from gpurental.billing.selectors import balance_of, usage_by_day
@@ -46,6 +48,7 @@ def local(*args):
     return datetime(*args, tzinfo=BERLIN)
 
 
+@pytest.mark.slow  # a month of transitions, metered minute by minute
 def test_a_month_of_stops_restarts_nights_dst_and_a_lost_host(
     berlin, funded, plan, image, make_host, run_instance, stop_instance, start_instance, sent
 ):

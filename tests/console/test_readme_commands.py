@@ -15,7 +15,10 @@ from gpurental.console.demo import seed_demo
 from tests.stack import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]  # slow: manage.py subprocesses
 
 
 def manage(*args: str, var_dir: Path) -> subprocess.CompletedProcess:
