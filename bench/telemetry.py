@@ -439,18 +439,20 @@ async def client_part(spec: dict, part: int, work: Path) -> dict:
     """One client process: its share of the viewers; says when all are connected."""
     mine = spec["viewers"][part :: spec["client_procs"]]
     viewers = [Viewer(v["port"], v["path"], v["cookie"], v["host"]) for v in mine]
-    gate = asyncio.Semaphore(16)
+    # At most 16 handshakes under way across all client processes: a burst can overflow
+    # Daphne's listen backlog (connections reset), more so on a busy machine.
+    gate = asyncio.Semaphore(max(2, 16 // spec["client_procs"]))
 
     async def connect(viewer: Viewer) -> None:
         async with gate:
-            for attempt in range(3):  # a burst of handshakes can overflow the listen backlog
+            for attempt in range(6):
                 try:
                     await viewer.connect()
                     return
                 except (ConnectionError, asyncio.IncompleteReadError):
-                    if attempt == 2:
+                    if attempt == 5:
                         raise
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(0.5 * (attempt + 1))
 
     started = time.monotonic()
     await asyncio.gather(*(connect(v) for v in viewers))
