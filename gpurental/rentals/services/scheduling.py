@@ -3,7 +3,14 @@
 The placement rules (pure) propose GPU sets; each proposal is inserted inside a
 savepoint, and the exclusion constraint refuses one that a concurrent launch took
 first; then the next proposal is tried, and after a full round the free GPUs are
-read again. Nothing here locks GPUs up front: the constraint is the lock.
+read again. The constraint is the lock: it alone decides who holds a GPU.
+
+Concurrent launches all see the same best proposal, and an insert that overlaps one
+not yet committed waits for that transaction before it is refused; the losers then
+queued behind each other proposal after proposal (seconds per launch with 16 at once,
+bench/placement.py). So before inserting, a proposal's GPU rows are try-locked
+(``FOR NO KEY UPDATE SKIP LOCKED``): a set that another placement is busy with is
+passed over at once, and so is one taken since the free GPUs were read (see ``_hold``).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet.models import Host
+from gpurental.fleet.models import GPU, Host
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import Allocation, Instance, Reservation
@@ -46,27 +53,62 @@ def _no_capacity_message(
     return "; ".join(parts)
 
 
+class _Busy(Exception):
+    """GPUs of the proposal are taken or being placed on: try another set."""
+
+    def __init__(self, gpu_ids: set[int]):
+        self.gpu_ids = gpu_ids
+
+
+def _lock_gpus(gpu_ids: list[int], period: Range, *, wait: bool) -> None:
+    """Lock the proposal's GPU rows until commit (or the savepoint's rollback), checking
+    that nothing holds them over ``period`` now; raises _Busy naming those that are taken
+    or (``wait`` off) locked by a concurrent placement."""
+    locked = set(
+        GPU.objects.select_for_update(no_key=True, skip_locked=not wait)
+        .filter(pk__in=gpu_ids)
+        .exclude(pk__in=Allocation.objects.filter(period__overlap=period).values("gpu_id"))
+        .order_by("pk")  # one order for everyone: waiting lockers cannot deadlock
+        .values_list("pk", flat=True)
+    )
+    if len(locked) != len(gpu_ids):
+        raise _Busy(set(gpu_ids) - locked)
+
+
 def _hold(free: Callable[[], list], count: int, holder: dict, period: Range) -> Proposal | None:
-    """Insert allocations for the first proposal the database accepts; None if none does."""
-    for _ in range(ROUNDS):
-        tried = 0
+    """Insert allocations for the first proposal the database accepts; None if none does.
+
+    Every placement walks the same best-first order, so what the others took since the
+    read lies ahead in it: a GPU found taken or busy is passed over for the rest of the
+    round, without a failed insert for each set that contains it. The last round waits
+    for locks, so a refusal is never for a moment's contention.
+    """
+    for round_ in range(ROUNDS):
+        last = round_ == ROUNDS - 1
+        skip: set[int] = set()
+        found = False
         for proposal in proposals(free(), count):  # made one by one, as they are tried
-            tried += 1
+            found = True
+            if skip.intersection(proposal.gpu_ids):
+                continue
             try:
                 with transaction.atomic():  # a savepoint: a refused proposal leaves nothing behind
+                    _lock_gpus(proposal.gpu_ids, period, wait=last)
                     Allocation.objects.bulk_create(
                         Allocation(gpu_id=gpu_id, period=period, **holder)
                         for gpu_id in proposal.gpu_ids
                     )
                 return proposal
+            except _Busy as exc:
+                skip |= exc.gpu_ids
             except IntegrityError:
-                continue  # taken meanwhile by a concurrent launch: next candidate
+                continue  # taken by a launch that committed just after the check: next set
             except OperationalError as exc:
                 # Two launches inserting the same GPU at the same moment wait on each
                 # other; PostgreSQL breaks the tie by failing one. For it, that GPU is taken.
                 if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
                     raise
-        if not tried:
+        if not found:
             return None
     return None
 
