@@ -44,6 +44,8 @@ bench-smoke: install
 	$(BIN)/python bench/invoicing.py --smoke
 	$(BIN)/python bench/telemetry.py --smoke
 	$(BIN)/python bench/launch.py --smoke
+	$(BIN)/python bench/placement.py --smoke
+	$(BIN)/python bench/api.py --smoke
 	$(BIN)/python bench/fleet.py --smoke
 
 # The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
