@@ -37,6 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import percentile, setup_django  # noqa: E402
+
 ALICE_INSTANCES = 50
 # (status, share): what a fleet's instance table looks like after a while.
 STATES = (
@@ -48,27 +51,6 @@ STATES = (
     ("failed", 5),
 )
 HOLDING = {"running", "pending", "provisioning"}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
-
-
-def setup_django(var_dir: Path) -> None:
-    from gpurental import embedded
-
-    os.environ.update(embedded.ensure(var_dir))  # always its own servers: never touch real data
-    os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex * 2)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["API_THROTTLE_RATE"] = "1000000/min"  # measured, not throttled
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def load(users: int, instances: int, hosts: int) -> dict:
@@ -270,7 +252,7 @@ def main() -> int:
     from gpurental import embedded
 
     try:
-        setup_django(work / "var")
+        setup_django(work / "var", API_THROTTLE_RATE="1000000/min")
         print(
             f"API benchmark: {args.instances:,} instances across {args.users:,} customers, "
             f"{args.requests} requests of each kind, in-process (Django test Client), "

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -36,25 +35,12 @@ from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import setup_django  # noqa: E402
+
 ZONE = "Europe/Berlin"
 MONTH_START = datetime(2026, 10, 1, tzinfo=ZoneInfo(ZONE)).astimezone(UTC)
 MONTH_HOURS = 31 * 24
-
-
-def setup_django(var_dir: Path) -> None:
-    from gpurental import embedded
-
-    os.environ.update(embedded.ensure(var_dir))  # always its own servers: never touch real data
-    os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex * 2)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
-    os.environ["TIME_ZONE"] = ZONE
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def max_rss_mb() -> float:
@@ -173,7 +159,7 @@ def main() -> int:
     from gpurental import embedded
 
     try:
-        setup_django(work / "var")
+        setup_django(work / "var", TIME_ZONE=ZONE)
         print(
             f"invoice benchmark: {args.customers:,} customers × {args.charges} charges, "
             f"{os.cpu_count()} CPUs",

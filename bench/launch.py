@@ -42,22 +42,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import setup_django  # noqa: E402
+
 IMAGE = "gpurental/jupyter-cpu:latest"
-
-
-def setup_django(var_dir: Path) -> None:
-    from gpurental import embedded
-
-    os.environ.update(embedded.ensure(var_dir))  # always its own servers: never touch real data
-    os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex * 2)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 PATHS = ("service", "rest", "sdk")
