@@ -67,32 +67,41 @@ def _candidate_sets(free: Sequence[FreeGpu], count: int) -> list[tuple[tuple[Fre
     return [(c, True) for c in connected] + [(c, False) for c in others]
 
 
-def proposals(hosts: Iterable[HostFree], count: int) -> Iterator[Proposal]:
-    """Every GPU set, on every host that can take ``count`` GPUs, best first, made as they
-    are asked for: a launch usually takes the first, so at a thousand hosts the sets of
-    the others are never built.
+def ordered_proposals(
+    linked: Iterable[HostFree], fitting: Iterable[HostFree], count: int
+) -> Iterator[Proposal]:
+    """GPU sets, best first, from hosts that already come in best-fit order (fewest free
+    GPUs, then name): the NVLink-connected sets of ``linked`` host by host, then the other
+    sets of ``fitting`` in the same order. Each is made as it is asked for, and each
+    iterable is read only as far as needed, so hosts can stream in from a query.
 
-    Within one host every set has the same leftover and host name, so the order of
-    ``propose`` is: NVLink-connected sets host by host (fewest left over, then name),
-    then the other sets in the same host order.
+    ``linked`` must hold every host that has a connected set (a host without one is
+    harmless there: it yields nothing); ``fitting`` every host with ``count`` free.
     """
     if count < 1:
         raise ValueError("count must be at least 1")
-    fitting = sorted(
-        (host for host in hosts if len(host.free) >= count),
-        key=lambda h: (len(h.free) - count, h.host_name),
-    )
-    unconnected = []
-    for host in fitting:
-        leftover = len(host.free) - count
-        sets = _candidate_sets(host.free, count)
-        for gpus, connected in sets:
+    for host in linked:
+        for gpus, connected in _candidate_sets(host.free, count):
             if connected:
-                yield Proposal(host.host_id, host.host_name, gpus, True, leftover)
-        unconnected.append((host, [gpus for gpus, connected in sets if not connected]))
-    for host, sets in unconnected:
-        for gpus in sets:
-            yield Proposal(host.host_id, host.host_name, gpus, False, len(host.free) - count)
+                yield Proposal(host.host_id, host.host_name, gpus, True, len(host.free) - count)
+    for host in fitting:
+        for gpus, connected in _candidate_sets(host.free, count):
+            if not connected:
+                yield Proposal(host.host_id, host.host_name, gpus, False, len(host.free) - count)
+
+
+def best_fit_order(host: HostFree) -> tuple[int, str]:
+    """Fewest free GPUs first (the leftover, for hosts that fit), then the name."""
+    return (len(host.free), host.host_name)
+
+
+def proposals(hosts: Iterable[HostFree], count: int) -> Iterator[Proposal]:
+    """Every GPU set, on every host that can take ``count`` GPUs, best first, made as they
+    are asked for (see ``ordered_proposals``)."""
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    fitting = sorted((host for host in hosts if len(host.free) >= count), key=best_fit_order)
+    return ordered_proposals(fitting, fitting, count)
 
 
 def propose(hosts: Iterable[HostFree], count: int) -> list[Proposal]:

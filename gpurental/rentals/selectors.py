@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Min, Q, Sum
+from django.db.models import Count, Exists, F, Min, OuterRef, Q, Sum
+from django.db.models.functions import Collate
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
 from gpurental.fleet.models import GPU, Host, HostStatus
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus, Reservation
-from gpurental.rentals.placement import FreeGpu, HostFree
+from gpurental.rentals.placement import FreeGpu, HostFree, best_fit_order
 
 # States in which an instance holds GPUs.
 HOLDING = (
@@ -51,22 +52,15 @@ def bookable_hosts():
     return Host.objects.filter(status=HostStatus.ACTIVE)
 
 
-def free_gpus(
-    *, gpu_model: GPUModel, now: datetime, hosts=None, period: Range | None = None
-) -> list[HostFree]:
-    """Per host, the enabled GPUs of ``gpu_model`` with nothing booked over ``period``
-    (default: from now on, on the schedulable hosts)."""
-    hosts = schedulable_hosts(now=now) if hosts is None else hosts
-    period = period or from_now(now)
-    taken = Allocation.objects.filter(period__overlap=period).values("gpu_id")
-    # Plain tuples, not model instances: a launch reads every free GPU of the fleet
-    # (8,000 at a thousand hosts), and building that many models cost ~100 ms.
-    rows = (
-        GPU.objects.filter(host__in=hosts, model=gpu_model, is_enabled=True)
-        .exclude(pk__in=taken)
-        .order_by("host__name", "index")
-        .values_list("host_id", "host__name", "pk", "index", "nvlink_peers")
+def _free_gpu_rows(*, gpu_model: GPUModel, hosts, period: Range):
+    """The enabled GPUs of ``gpu_model`` on ``hosts`` with nothing booked over ``period``."""
+    taken = Allocation.objects.filter(gpu=OuterRef("pk"), period__overlap=period)
+    return GPU.objects.filter(host__in=hosts, model=gpu_model, is_enabled=True).exclude(
+        Exists(taken)
     )
+
+
+def _by_host(rows) -> list[HostFree]:
     by_host: dict[int, list[FreeGpu]] = defaultdict(list)
     names = {}
     for host_id, host_name, pk, index, peers in rows:
@@ -76,6 +70,68 @@ def free_gpus(
         HostFree(host_id=host_id, host_name=names[host_id], free=tuple(free))
         for host_id, free in by_host.items()
     ]
+
+
+GPU_ROW = ("host_id", "host__name", "pk", "index", "nvlink_peers")
+
+
+def free_gpus(
+    *, gpu_model: GPUModel, now: datetime, hosts=None, period: Range | None = None
+) -> list[HostFree]:
+    """Per host, the enabled GPUs of ``gpu_model`` with nothing booked over ``period``
+    (default: from now on, on the schedulable hosts)."""
+    hosts = schedulable_hosts(now=now) if hosts is None else hosts
+    period = period or from_now(now)
+    # Plain tuples, not model instances: building 8,000 models cost ~100 ms.
+    rows = (
+        _free_gpu_rows(gpu_model=gpu_model, hosts=hosts, period=period)
+        .order_by("host__name", "index")
+        .values_list(*GPU_ROW)
+    )
+    return _by_host(rows)
+
+
+def best_hosts(
+    *,
+    gpu_model: GPUModel,
+    count: int,
+    period: Range,
+    hosts,
+    linked: bool,
+    after: tuple[int, str] | None = None,
+    limit: int | None = None,
+) -> list[HostFree]:
+    """Up to ``limit`` hosts with at least ``count`` GPUs free over ``period``, in
+    best-fit order (``placement.best_fit_order``: fewest free, then name), with their
+    free GPUs; only those after ``after`` (a host's free count and name) in that order.
+
+    The database groups and orders the fleet, so that a placement reads the GPU rows of
+    a few hosts, not of all (8,000 rows at 1,000 hosts cost 30–45 ms in Python).
+    ``linked``: only hosts that may have an NVLink-connected set of ``count``, i.e. with
+    at least ``count`` free GPUs that each have ``count - 1`` NVLink peers or more (what a
+    connected set needs; whether their peers are the free ones is left to placement).
+    Names are ordered byte by byte (``COLLATE "C"``), as Python orders them.
+    """
+    free = _free_gpu_rows(gpu_model=gpu_model, hosts=hosts, period=period)
+    candidates = (
+        free.values("host_id", "host__name")  # grouped by both: the name orders and pages
+        .annotate(
+            n=Count("pk"),
+            name=Collate(F("host__name"), "C"),
+            n_linked=Count("pk", filter=Q(nvlink_peers__len__gte=count - 1)),
+        )
+        .filter(n__gte=count)
+    )
+    if linked:
+        candidates = candidates.filter(n_linked__gte=count)
+    if after is not None:
+        candidates = candidates.filter(Q(n__gt=after[0]) | Q(n=after[0], name__gt=after[1]))
+    candidates = candidates.order_by("n", "name").values("host_id")
+    if limit is not None:
+        candidates = candidates[:limit]
+    # One statement: the hosts and their GPU rows come from one snapshot.
+    rows = free.filter(host_id__in=candidates).values_list(*GPU_ROW)
+    return sorted(_by_host(rows), key=best_fit_order)
 
 
 def gpus_held_by(*, user) -> int:

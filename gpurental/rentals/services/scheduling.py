@@ -11,11 +11,15 @@ queued behind each other proposal after proposal (seconds per launch with 16 at 
 bench/placement.py). So before inserting, a proposal's GPU rows are try-locked
 (``FOR NO KEY UPDATE SKIP LOCKED``): a set that another placement is busy with is
 passed over at once, and so is one taken since the free GPUs were read (see ``_hold``).
+
+The database picks the candidates: it groups the free GPUs by host and hands over the
+best-fit hosts a page at a time (``selectors.best_hosts``), so that a placement reads
+the GPU rows of a few hosts rather than of the whole fleet (``_candidates``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 from django.db import IntegrityError, OperationalError, transaction
@@ -26,9 +30,11 @@ from gpurental.fleet.models import GPU, Host
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import Allocation, Instance, Reservation
-from gpurental.rentals.placement import Proposal, proposals
+from gpurental.rentals.placement import HostFree, Proposal, ordered_proposals
 
 ROUNDS = 5
+FIRST_PAGE = 8  # hosts; each further page is PAGE_GROWTH times larger
+PAGE_GROWTH = 4
 DEADLOCK_DETECTED = "40P01"
 
 
@@ -75,7 +81,48 @@ def _lock_gpus(gpu_ids: list[int], period: Range, *, wait: bool) -> None:
         raise _Busy(set(gpu_ids) - locked)
 
 
-def _hold(free: Callable[[], list], count: int, holder: dict, period: Range) -> Proposal | None:
+def _pages(read: Callable[..., list[HostFree]]) -> Iterator[HostFree]:
+    """Hosts in best-fit order, read a page at a time, growing: a placement usually takes
+    a set on the first page."""
+    after, limit = None, FIRST_PAGE
+    while True:
+        page = read(after=after, limit=limit)
+        yield from page
+        if len(page) < limit:
+            return
+        after, limit = (len(page[-1].free), page[-1].host_name), limit * PAGE_GROWTH
+
+
+def _candidates(
+    *, gpu_model: GPUModel, count: int, period: Range, hosts, paged: bool
+) -> Iterator[Proposal]:
+    """Proposals in the placement order, from hosts the database streams best fit first.
+
+    Paged, a host whose free count drops between two pages can be passed over (it moves
+    behind the page already read): that costs only this round. So the last round reads
+    every fitting host in one statement, and a refusal rests on one snapshot.
+    """
+
+    def stream(linked: bool) -> Iterator[HostFree]:
+        def read(after=None, limit=None):
+            return selectors.best_hosts(
+                gpu_model=gpu_model,
+                count=count,
+                period=period,
+                hosts=hosts,
+                linked=linked,
+                after=after,
+                limit=limit,
+            )
+
+        return _pages(read) if paged else iter(read())
+
+    return ordered_proposals(stream(linked=True), stream(linked=False), count)
+
+
+def _hold(
+    candidates: Callable[..., Iterator[Proposal]], holder: dict, period: Range
+) -> Proposal | None:
     """Insert allocations for the first proposal the database accepts; None if none does.
 
     Every placement walks the same best-first order, so what the others took since the
@@ -87,7 +134,7 @@ def _hold(free: Callable[[], list], count: int, holder: dict, period: Range) -> 
         last = round_ == ROUNDS - 1
         skip: set[int] = set()
         found = False
-        for proposal in proposals(free(), count):  # made one by one, as they are tried
+        for proposal in candidates(paged=not last):  # made one by one, as they are tried
             found = True
             if skip.intersection(proposal.gpu_ids):
                 continue
@@ -117,12 +164,14 @@ def gpus_allocate(
     *, instance: Instance, gpu_model: GPUModel, count: int, now: datetime, host: Host | None = None
 ) -> Proposal:
     """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity."""
-    hosts = [host] if host is not None else None
+    hosts = [host] if host is not None else selectors.schedulable_hosts(now=now)
+    period = selectors.from_now(now)
     proposal = _hold(
-        lambda: selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=hosts),
-        count,
+        lambda paged: _candidates(
+            gpu_model=gpu_model, count=count, period=period, hosts=hosts, paged=paged
+        ),
         {"instance": instance},
-        selectors.from_now(now),
+        period,
     )
     if proposal is None:
         raise NoCapacity(
@@ -138,10 +187,13 @@ def gpus_reserve(
     """Hold ``count`` GPUs on one host for ``reservation`` over [start, end). Raises NoCapacity."""
     period = selectors.between(start, end)
     proposal = _hold(
-        lambda: selectors.free_gpus(
-            gpu_model=gpu_model, now=start, hosts=selectors.bookable_hosts(), period=period
+        lambda paged: _candidates(
+            gpu_model=gpu_model,
+            count=count,
+            period=period,
+            hosts=selectors.bookable_hosts(),
+            paged=paged,
         ),
-        count,
         {"reservation": reservation},
         period,
     )
