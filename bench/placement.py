@@ -1,7 +1,8 @@
-"""Placement at fleet scale: concurrent launches and bookings over 1,000 hosts × 8 GPUs.
+"""Placement at fleet scale: launches and bookings over 1,000 hosts × 8 GPUs, at several
+concurrencies.
 
-    .venv/bin/python bench/placement.py [--hosts 1000] [--launchers 16] [--launches 100]
-                                        [--bookers 4] [--bookings 50]
+    .venv/bin/python bench/placement.py [--hosts 1000] [--levels 1,4,16] [--launches 480]
+                                        [--bookers N] [--sequential 100]
 
 Starts its own embedded PostgreSQL and Redis in a temp dir (never touches real data),
 bulk-creates the fleet (hosts heart-beating now, 8 NVLink-connected GPUs each), one
@@ -9,21 +10,26 @@ customer per launcher and booker with credit, then:
 
 - sequential: one process launches ``--sequential`` instances one after another (the
   service time of a placement with nobody else in the way);
-- concurrent: ``--launchers`` processes (each its own database connection, as web
-  workers would be) each call ``instance_launch`` ``--launches`` times (1, 2, 4 or 8
-  GPUs, mostly 1), while ``--bookers`` processes call ``reservation_book`` for periods
-  1 to 10 days ahead. All start together at a barrier.
+- for each level L of ``--levels``: L launch processes (each its own database
+  connection, as web workers would be) share ``--launches`` calls to ``instance_launch``
+  (1, 2, 4 or 8 GPUs, mostly 1), while ``--bookers`` processes (default: L/4, at least
+  one) each call ``reservation_book`` half as often as a launcher launches, for periods
+  1 to 10 days ahead. All start together at a barrier. The levels run one after
+  another on the same fleet, which fills up (about half of it by the end).
+
+On a machine with few cores a closed loop of many processes measures CPU queueing more
+than placement: compare the levels, and the allocation step with the whole launch.
 
 Every call is the real path: quota and balance checks under the user's row lock,
 ``gpus_allocate`` / ``gpus_reserve`` against the exclusion constraint, events published
 to Redis on commit. Only the start command to the host agent is captured instead of
 sent (as the tests' ``sent`` fixture does): there are no agents.
 
-Prints p50/p99 latency of launches (and of the allocation step inside them) and of
-bookings, placements per second, refusals for capacity counted apart, and checks in the
-database that no GPU is held twice over overlapping periods, that every live instance
-and booking holds its GPU count on one host, and that one start command went out per
-launch. Goal: placement p99 under 50 ms at 1,000 hosts.
+Prints, per level, p50/p99 latency of launches and of the allocation step inside them,
+of bookings, placements per second, refusals for capacity counted apart, and checks in
+the database that no GPU is held twice over overlapping periods, that every live
+instance and booking holds its GPU count on one host, and that one start command went
+out per launch. Goal: placement p99 under 50 ms at 1,000 hosts.
 """
 
 from __future__ import annotations
@@ -43,28 +49,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import percentile, setup_django  # noqa: E402
+
 GPU_COUNTS = (1, 1, 1, 1, 2, 2, 4, 8)  # what launches ask for (mean 2.5)
 BOOKING_COUNTS = (1, 2, 4, 8)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
-
-
-def setup_django(var_dir: Path) -> None:
-    from gpurental import embedded
-
-    os.environ.update(embedded.ensure(var_dir))  # always its own servers: never touch real data
-    os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex * 2)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def load(hosts: int, gpus_per_host: int, users: int) -> dict:
@@ -278,6 +267,60 @@ def check(launched: int, starts: int) -> list[str]:
     return problems
 
 
+def run_level(
+    ids: dict,
+    users: list[int],
+    launchers: int,
+    launches: int,
+    bookers: int,
+    bookings: int,
+    seed: int,
+    context,
+    results,
+) -> dict:
+    """``launchers`` launch processes (``launches`` calls in all) and ``bookers`` booking
+    processes (``bookings`` calls each), started together at a barrier."""
+    from django.db import connections
+
+    barrier = context.Barrier(launchers + bookers + 1)
+    share = [launches // launchers + (n < launches % launchers) for n in range(launchers)]
+    processes = [
+        context.Process(target=launcher, args=(ids, users[n], share[n], seed + n, barrier, results))
+        for n in range(launchers)
+    ] + [
+        context.Process(
+            target=booker,
+            args=(ids, users[launchers + n], bookings, seed + 1000 + n, barrier, results),
+        )
+        for n in range(bookers)
+    ]
+    connections.close_all()  # no connection is shared with a forked child
+    for process in processes:
+        process.start()
+    barrier.wait()
+    started = time.perf_counter()
+    gathered = [results.get() for _ in processes]
+    wall = time.perf_counter() - started
+    for process in processes:
+        process.join()
+    runs = [r for r in gathered if r[0] == "launch"]
+    books = [r for r in gathered if r[0] == "book"]
+    return {
+        "launchers": launchers,
+        "bookers": bookers,
+        "asked": launches,
+        "asked_bookings": bookers * bookings,
+        "wall": wall,
+        "placed": [t for r in runs for t in r[1]],
+        "refused": [t for r in runs for t in r[2]],
+        "allocation": [t for r in runs for t in r[4]],
+        "booked": [t for r in books for t in r[1]],
+        "booking_refused": [t for r in books for t in r[2]],
+        "errors": [e for r in gathered for e in r[3]],
+        "starts": sum(r[5] for r in runs),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -285,17 +328,24 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8, help="per host")
     parser.add_argument("--sequential", type=int, default=100, help="launches, one at a time")
-    parser.add_argument("--launchers", type=int, default=16, help="concurrent launch processes")
-    parser.add_argument("--launches", type=int, default=100, help="per launcher")
-    parser.add_argument("--bookers", type=int, default=4, help="concurrent booking processes")
-    parser.add_argument("--bookings", type=int, default=50, help="per booker")
+    parser.add_argument(
+        "--levels", default="1,4,16", help="concurrent launch processes, one run per level"
+    )
+    parser.add_argument("--launches", type=int, default=480, help="per level, shared out")
+    parser.add_argument(
+        "--bookers", type=int, default=None, help="per level (default: launchers/4, at least 1)"
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
     )
     args = parser.parse_args()
     if args.smoke:  # a fleet small enough that some launches are refused for capacity
-        args.hosts, args.sequential, args.launchers, args.launches = 20, 10, 4, 15
-        args.bookers, args.bookings = 2, 10
+        args.hosts, args.sequential, args.levels, args.launches = 20, 10, "1,4", 30
+    levels = [int(level) for level in args.levels.split(",")]
+    bookers = {
+        level: args.bookers if args.bookers is not None else max(1, level // 4) for level in levels
+    }
+    bookings = {level: max(1, args.launches // level // 2) for level in levels}
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
     from gpurental import embedded
 
@@ -303,12 +353,14 @@ def main() -> int:
         setup_django(work / "var")
         print(
             f"placement benchmark: {args.hosts:,} hosts × {args.gpus} GPUs, "
-            f"{args.launchers} launchers × {args.launches}, {args.bookers} bookers × "
-            f"{args.bookings}, {os.cpu_count()} CPUs",
+            f"{args.sequential} sequential launches, then {args.launches} launches per level "
+            f"over {args.levels} launch processes (with "
+            + ", ".join(f"{bookers[n]} × {bookings[n]}" for n in levels)
+            + f" bookings), {os.cpu_count()} CPUs",
             flush=True,
         )
-        ids = load(args.hosts, args.gpus, 1 + args.launchers + args.bookers)
-        users = ids["users"]
+        users = max(level + bookers[level] for level in levels)
+        ids = load(args.hosts, args.gpus, 1 + users)
         context = multiprocessing.get_context("fork")
         results = context.Queue()
         from django.db import connections
@@ -316,7 +368,7 @@ def main() -> int:
         # The sequential run, in its own process too (the same warm-up as the others).
         connections.close_all()
         process = context.Process(
-            target=launcher, args=(ids, users[0], args.sequential, 0, None, results)
+            target=launcher, args=(ids, ids["users"][0], args.sequential, 0, None, results)
         )
         process.start()
         sequential = results.get()
@@ -324,82 +376,70 @@ def main() -> int:
         print(
             f"  sequential: {len(sequential[1])} placed, {len(sequential[2])} refused", flush=True
         )
-
-        barrier = context.Barrier(args.launchers + args.bookers + 1)
-        processes = [
-            context.Process(
-                target=launcher, args=(ids, users[1 + n], args.launches, 1 + n, barrier, results)
+        runs = []
+        for level in levels:
+            run = run_level(
+                ids,
+                ids["users"][1:],
+                level,
+                args.launches,
+                bookers[level],
+                bookings[level],
+                seed=100 * level,
+                context=context,
+                results=results,
             )
-            for n in range(args.launchers)
-        ] + [
-            context.Process(
-                target=booker,
-                args=(
-                    ids,
-                    users[1 + args.launchers + n],
-                    args.bookings,
-                    1000 + n,
-                    barrier,
-                    results,
-                ),
+            runs.append(run)
+            print(
+                f"  {level} launchers + {bookers[level]} bookers: {run['wall']:.1f} s",
+                flush=True,
             )
-            for n in range(args.bookers)
-        ]
-        connections.close_all()  # no connection is shared with a forked child
-        for process in processes:
-            process.start()
-        barrier.wait()
-        started = time.perf_counter()
-        gathered = [results.get() for _ in processes]
-        wall = time.perf_counter() - started
-        for process in processes:
-            process.join()
-
-        launches = [r for r in gathered if r[0] == "launch"]
-        bookings = [r for r in gathered if r[0] == "book"]
-        placed = [t for r in launches for t in r[1]]
-        refused = [t for r in launches for t in r[2]]
-        allocation = [t for r in launches for t in r[4]]
-        booked = [t for r in bookings for t in r[1]]
-        booking_refused = [t for r in bookings for t in r[2]]
-        errors = [e for r in [sequential, *gathered] for e in r[3]]
-        starts = sequential[5] + sum(r[5] for r in launches)
-        problems = check(len(sequential[1]) + len(placed), starts)
+        errors = sequential[3] + [e for run in runs for e in run["errors"]]
+        launched = len(sequential[1]) + sum(len(run["placed"]) for run in runs)
+        starts = sequential[5] + sum(run["starts"] for run in runs)
+        problems = check(launched, starts)
     finally:
         embedded.stop(work / "var")
         shutil.rmtree(work, ignore_errors=True)
 
     def ms(values: list[float], q: float) -> str:
-        return f"{percentile(values, q) * 1000:8.1f}"
+        return f"{percentile(values, q) * 1000:9.1f}"
 
     print()
-    print(f"  {'':34}{'n':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+    print(f"  {'':40}{'n':>6}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     rows = [
         ("launch, one at a time", sequential[1]),
         ("  its allocation step", sequential[4]),
-        (f"launch, {args.launchers} at once + bookings", placed),
-        ("  its allocation step", allocation),
-        ("launch refused (no capacity)", refused),
-        (f"booking, {args.bookers} at once", booked),
-        ("booking refused (no capacity)", booking_refused),
     ]
+    for run in runs:
+        rows += [
+            (f"launch, {run['launchers']} at once + {run['bookers']} bookers", run["placed"]),
+            ("  its allocation step", run["allocation"]),
+            ("  launch refused (no capacity)", run["refused"]),
+            (f"  booking, {run['bookers']} at once", run["booked"]),
+            ("  booking refused (no capacity)", run["booking_refused"]),
+        ]
     for name, values in rows:
-        print(f"  {name:34}{len(values):>6}{ms(values, 0.5)}{ms(values, 0.99)}{ms(values, 1.0)}")
+        print(f"  {name:40}{len(values):>6}{ms(values, 0.5)}{ms(values, 0.99)}{ms(values, 1.0)}")
     print()
-    print(f"  concurrent run: {wall:.2f} s wall")
-    print(
-        f"  throughput: {len(placed) / wall:.1f} placements/s, "
-        f"{(len(placed) + len(booked)) / wall:.1f} with bookings"
-    )
+    for run in runs:
+        print(
+            f"  {run['launchers']:>2} launchers + {run['bookers']} bookers: {run['wall']:.2f} s "
+            f"wall, {len(run['placed']) / run['wall']:.1f} placements/s, "
+            f"{(len(run['placed']) + len(run['booked'])) / run['wall']:.1f} with bookings"
+        )
     print(f"  GPUs held twice: {'none' if not problems else '; '.join(problems)}")
     print("  goal: placement p99 under 50 ms at 1,000 hosts (a figure, not a check)")
     for error in errors[:5]:
         print(f"  error: {error}")
     # Sane, not fast: every call answered (placed or refused), no error, nothing held twice.
-    answered = len(placed) + len(refused) == args.launchers * args.launches and (
-        len(booked) + len(booking_refused) == args.bookers * args.bookings
+    answered = all(
+        len(run["placed"]) + len(run["refused"]) == run["asked"]
+        and len(run["booked"]) + len(run["booking_refused"]) == run["asked_bookings"]
+        for run in runs
     )
-    sane = answered and not errors and not problems and placed and booked
+    placed = all(run["placed"] and run["booked"] for run in runs)
+    sane = answered and not errors and not problems and placed
     if not sane:
         print("the figures are not sane: a call failed, went missing or a GPU is held twice")
     return 0 if sane else 1
