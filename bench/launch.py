@@ -320,7 +320,7 @@ def direct_run(client) -> float:
     try:
         container.reload()
         port = int(container.attrs["NetworkSettings"]["Ports"]["8888/tcp"][0]["HostPort"])
-        wait_for_jupyter("127.0.0.1", port, token, 60, progress=lambda line: None)
+        wait_for_jupyter("127.0.0.1", port, token, 60)
         answer_with_token(f"http://127.0.0.1:{port}/lab?token={token}")
         return time.perf_counter() - started
     finally:

@@ -137,7 +137,7 @@ CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY)
 # What an instance report may say, and the data each kind carries.
 REPORT_KINDS = {
     "progress": ("step", "message"),
-    "running": ("port", "host", "container_id"),
+    "running": ("port", "host", "container_id", "ready_s"),  # ready_s: optional
     "failed": ("reason",),
     "stopped": (),
     "removed": (),

@@ -141,6 +141,7 @@ class HostAgent:
             port=started.port,
             host=started.host,
             container_id=started.container_id,
+            **({"ready_s": round(started.ready_s, 3)} if started.ready_s is not None else {}),
         )
 
     def _free_gpus_for(self, spec: ContainerSpec, progress) -> None:

@@ -21,7 +21,10 @@ REPORTS = {
         instance_id=iid, step=d.get("step", "info"), message=d.get("message", "")
     ),
     "running": lambda iid, d: lifecycle.instance_report_running(
-        instance_id=iid, port=int(d["port"]), container_id=str(d.get("container_id", ""))
+        instance_id=iid,
+        port=int(d["port"]),
+        container_id=str(d.get("container_id", "")),
+        ready_s=_seconds_or_none(d.get("ready_s")),
     ),
     "failed": lambda iid, d: lifecycle.instance_report_failed(
         instance_id=iid, reason=str(d.get("reason", ""))[:2000]
@@ -29,6 +32,14 @@ REPORTS = {
     "stopped": lambda iid, d: lifecycle.instance_report_stopped(instance_id=iid),
     "removed": lambda iid, d: lifecycle.instance_report_removed(instance_id=iid),
 }
+
+
+def _seconds_or_none(value) -> float | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 <= seconds < 86400 else None
 
 
 @app.task(

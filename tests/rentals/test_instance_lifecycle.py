@@ -68,6 +68,19 @@ def test_running_report_records_port_and_starts_billing(running):
     assert steps == ["queued", "creating", "running"]
 
 
+def test_how_long_jupyterlab_took_rides_on_the_running_report(launched, run):
+    run(
+        lc.instance_report_running,
+        instance_id=str(launched.pk),
+        port=49153,
+        container_id="abc123",
+        ready_s=2.34,
+    )
+
+    event = launched.events.get(kind="transition", to_status=S.RUNNING)
+    assert event.reason == "JupyterLab is ready, 2.3 s after its container started"
+
+
 def test_repeated_running_report_changes_nothing(running, run):
     before = running.events.count()
     run(lc.instance_report_running, instance_id=str(running.pk), port=49153, container_id="abc123")

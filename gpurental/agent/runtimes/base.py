@@ -106,6 +106,8 @@ class Started:
     container_id: str  # Docker container id, or "pid:<n>" for the process runtime
     host: str  # the address JupyterLab is published on
     port: int
+    # How long JupyterLab took to answer after the start: a measure, not part of the identity.
+    ready_s: float | None = field(default=None, compare=False)
 
 
 class Runtime(Protocol):
@@ -176,7 +178,6 @@ def wait_for_jupyter(
     port: int,
     token: str,
     timeout_s: float,
-    progress: Progress,
     check_alive: Callable[[], None] | None = None,
 ) -> float:
     """Poll ``/api/status`` until JupyterLab answers 200 with the token.
@@ -213,6 +214,6 @@ def wait_for_jupyter(
             f"JupyterLab on {host}:{port} answered HTTP {anonymous} without the token; "
             "refusing to hand out an unprotected instance (check the image's token settings)"
         )
-    waited = time.monotonic() - started
-    progress(f"JupyterLab ready in {waited:.1f} s")
-    return waited
+    # No progress line here: the seconds ride on the `running` report (Started.ready_s),
+    # one message fewer between JupyterLab answering and the customer hearing of it.
+    return time.monotonic() - started

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import docker
@@ -196,12 +197,11 @@ class DockerRuntime:
         try:
             started = self._published(container, spec)
             progress(f"waiting for JupyterLab on {started.host}:{started.port}")
-            wait_for_jupyter(
+            ready_s = wait_for_jupyter(
                 started.host,
                 started.port,
                 spec.token,
                 self.ready_timeout_s,
-                progress,
                 check_alive=lambda: self._check_running(container, spec),
             )
         except RuntimeFailure:
@@ -209,7 +209,7 @@ class DockerRuntime:
             # it may hold the user's files from earlier runs.
             self._remove_container(container)
             raise
-        return started
+        return replace(started, ready_s=ready_s)
 
     def stop(self, instance_id: str) -> None:
         container = self._find(instance_id)

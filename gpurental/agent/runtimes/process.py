@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 from .base import (
@@ -109,18 +110,17 @@ class ProcessRuntime:
             state = self._launch(spec, progress)
         started = Started(f"pid:{state['pid']}", spec.bind_address, state["port"])
         try:
-            wait_for_jupyter(
+            ready_s = wait_for_jupyter(
                 started.host,
                 started.port,
                 spec.token,
                 self.ready_timeout_s,
-                progress,
                 check_alive=lambda: self._check_running(spec.instance_id),
             )
         except RuntimeFailure:
             self.stop(spec.instance_id)
             raise
-        return started
+        return replace(started, ready_s=ready_s)
 
     def stop(self, instance_id: str) -> None:
         state = self._running_state(instance_id)

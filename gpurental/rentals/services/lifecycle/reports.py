@@ -43,7 +43,12 @@ def instance_report_progress(
 
 
 def instance_report_running(
-    *, instance_id: str, port: int, container_id: str, now: datetime | None = None
+    *,
+    instance_id: str,
+    port: int,
+    container_id: str,
+    ready_s: float | None = None,
+    now: datetime | None = None,
 ) -> None:
     now = now or timezone.now()
     with transaction.atomic():
@@ -68,7 +73,8 @@ def instance_report_running(
             instance,
             S.RUNNING,
             allowed_from=LAUNCHING,
-            reason="JupyterLab is ready",
+            reason="JupyterLab is ready"
+            + ("" if ready_s is None else f", {ready_s:.1f} s after its container started"),
             now=now,
             jupyter_port=port,
             container_id=container_id[:80],
