@@ -185,8 +185,8 @@ class InstanceViewSet(
         query.is_valid(raise_exception=True)
         instance = self.get_object()  # another customer's instance: 404 before any wait
         wanted = query.validated_data.get("wait_for")
-        if not wanted:
-            return self._detail(instance)
+        if not wanted:  # read once, with its prefetches: get_object used the same queryset
+            return Response(self.get_serializer(instance).data)
         if not connection.in_atomic_block:
             connection.close()  # hold no database connection while waiting
         seen, changed = wait_for_status(
