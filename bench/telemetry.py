@@ -1,24 +1,29 @@
 """Live telemetry fan-out: S simulated hosts × 8 GPUs at 1 Hz → W websocket viewers.
 
     .venv/bin/python bench/telemetry.py [--hosts 10] [--clients 50] [--fleet-clients 0]
-                                        [--duration 15] [--warmup 3]
+                                        [--duration 15] [--warmup 3] [--layer core|pubsub]
+                                        [--daphnes 1] [--publishers 1] [--client-procs 1]
 
-Starts its own embedded PostgreSQL and Redis in a temp dir and a real Daphne
+Starts its own embedded PostgreSQL and Redis in a temp dir and D real Daphne processes
 (``gpurental.asgi``) on 127.0.0.1, creates S hosts with 8 simulated GPUs and one
 running instance per GPU (as many as there are clients, each with its own owner),
-then in this process:
+then, in child processes of this script (so the client is not the bottleneck):
 
-- S publishers: the agent's own ``Sampler`` (simulated source, instance stamps) per
-  host, each ticking once a second at its own phase (like independent agents), the
-  message sent with ``group_send`` to ``telemetry.host.<name>``, as the agent does;
-- W websocket clients (a minimal asyncio client, session cookies of the owners):
-  client i watches instance i on ``/ws/instances/<id>/``; F staff clients watch
-  ``/ws/fleet/``.
+- ``--publishers`` processes share the S hosts: per host the agent's own ``Sampler``
+  (simulated source, instance stamps), each ticking once a second at its own phase
+  (like independent agents), the message sent with ``group_send`` to
+  ``telemetry.host.<name>`` and stored as the host's latest, as the agent does;
+- ``--client-procs`` processes share the W websocket clients (a minimal asyncio
+  client, session cookies of the owners): client i watches instance i on
+  ``/ws/instances/<id>/``; F staff clients watch ``/ws/fleet/``; viewers are spread
+  over the Daphne processes, as a load balancer would.
 
 It prints, over the measured window: samples delivered to clients per second,
 sample-to-client latency p50/p99 (sample timestamp → frame received; one clock),
-dropped messages (ticks of a watched GPU that never reached its viewer), and the
-CPU used by Daphne, Redis and this process. Loopback only; every loop is bounded.
+dropped messages (ticks of a watched GPU that never reached its viewer within 2 s of
+the window's end; channel-layer sends skipped as over capacity are counted apart), and
+the CPU of every process: each Daphne, Redis, each publisher and client process.
+Loopback only; every loop is bounded. Figures at 1,000 hosts: bench/README.md.
 
 Measured on the 2-core development VM (shared with other work, so noisy), one
 Daphne process, 15 s windows, 2026-12-02:
