@@ -3,6 +3,8 @@ process, control worker, host agent and Docker Engine."""
 
 from __future__ import annotations
 
+import threading
+import time
 from decimal import Decimal
 
 import pytest
@@ -44,6 +46,7 @@ def test_the_articles_snippet_runs_as_written(
     )
     url = instance.connect()  # waits until running, returns the JupyterLab URL
 
+    assert client._long_poll is True  # Daphne held the request until `running`, no polling
     assert url.startswith("http://127.0.0.1:") and "/lab?token=" in url
     import requests
 
@@ -53,7 +56,22 @@ def test_the_articles_snippet_runs_as_written(
     mount = next(m for m in container.attrs["Mounts"] if m["Destination"] == "/models/huggingface")
     assert mount["Source"] == str(cache) and mount["RW"] is False
 
+    # A long-poll waiting in the web process holds up nobody else's requests.
+    waiting = threading.Thread(
+        target=requests.get,
+        args=(f"{base_url}/api/v1/instances/{instance.id}/",),
+        kwargs={
+            "params": {"wait_for": "stopped", "timeout": "3"},
+            "headers": {"Authorization": f"Bearer {api_key}"},
+            "timeout": 30,
+        },
+    )
+    waiting.start()
+    time.sleep(0.3)
+    asked = time.monotonic()
     assert [i.id for i in client.list_instances(status="running")] == [instance.id]
+    assert waiting.is_alive() and time.monotonic() - asked < 2.5
+    waiting.join()
     instance.terminate()
     instance.wait_until("terminated", timeout=60)
 
