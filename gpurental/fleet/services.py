@@ -197,7 +197,7 @@ def host_inventory_sync(*, host: Host, inventory: list[dict]) -> None:
         seen.add(item["index"])
         wanted = {
             "uuid": item["uuid"],
-            "model": model,
+            "model_id": model.pk,  # the id: comparing `gpu.model` would read each GPU's model
             "memory_mb": item["memory_mb"],
             "nvlink_peers": list(item.get("nvlink_peers") or []),
         }

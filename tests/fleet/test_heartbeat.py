@@ -86,6 +86,36 @@ def test_inventory_creates_and_updates_gpus(a100, make_host):
     assert not host.gpus.get(index=3).is_enabled
 
 
+def test_a_steady_heartbeat_costs_the_same_queries_for_one_gpu_or_eight(
+    a100, make_host, django_assert_num_queries
+):
+    """The control worker reads a host's GPUs once per beat, never a query per GPU."""
+
+    def inventory(host, count):
+        return [
+            {
+                "index": i,
+                "uuid": f"GPU-{host.name}-{i}",
+                "name": "NVIDIA A100-SXM4-80GB",
+                "memory_mb": 81920,
+            }
+            for i in range(count)
+        ]
+
+    small, big = make_host("small", a100, count=0), make_host("big", a100, count=0)
+    beat(small, inventory=inventory(small, 1))
+    beat(big, inventory=inventory(big, 8))  # first beats create the GPU rows
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as one:
+        beat(small, inventory=inventory(small, 1))
+
+    with django_assert_num_queries(len(one)):
+        beat(big, inventory=inventory(big, 8))
+    assert not any('UPDATE "fleet_gpu"' in q["sql"] for q in one.captured_queries)
+
+
 def test_running_instance_whose_container_vanished_is_stopped_and_frees_gpus(
     alice, a100, make_host, image, sent, django_capture_on_commit_callbacks
 ):
