@@ -32,7 +32,7 @@ demo: install
 	  exec honcho start -f Procfile -p $${PORT:-8000}'
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 # The fast tier: unit and database tests, spread over the cores. Leaves out the tests
 # marked docker, browser or slow (processes, live servers); `make test` runs everything.
