@@ -137,6 +137,7 @@ def test_the_join_command_names_the_hosts_own_account_and_docker(accounts):
     assert "guest" not in command and "redis" not in command.lower()
 
 
+@pytest.mark.slow  # an agent process
 def test_a_real_agent_runs_on_its_restricted_account(accounts, tmp_path):
     """The account's rights are enough for a real agent: its worker consumes host.<name>
     and its heartbeats reach the control exchange, signed with its key."""
