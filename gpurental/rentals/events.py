@@ -1,19 +1,22 @@
-"""Live instance events: published to the channel-layer group ``instance.<id>``.
+"""Live instance events: published to the channel-layer group ``instance.<id>`` (the
+console's websocket), and each new state on the Redis channel ``state_channel(id)`` (what
+a long-poll waits on).
 
 Sent after the transaction commits, so nobody sees a state the database does not
-have. Losing a live message is harmless (the page reloads state from the API);
-failing a transition because Redis hiccupped would not be.
+have. Losing a live message is harmless (the page reloads state from the API; a waiter
+answers at its timeout with the state then); failing a transition because Redis
+hiccupped would not be.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable
 
-from asgiref.sync import async_to_sync, sync_to_async
+import redis
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
@@ -24,17 +27,37 @@ def instance_group(instance_id) -> str:
     return f"instance.{instance_id}"
 
 
+def state_channel(instance_id) -> str:
+    return f"gpurental:instance-state:{instance_id}"
+
+
+@functools.cache
+def _redis(url: str) -> redis.Redis:
+    # No socket timeout: a waiter blocks in get_message(timeout=...) for up to its timeout.
+    return redis.Redis.from_url(url, socket_connect_timeout=2)
+
+
+def state_redis() -> redis.Redis:
+    """The channel layer's Redis (where the console's events go too)."""
+    from gpurental.telemetry.selectors import layer_redis_url
+
+    return _redis(layer_redis_url())
+
+
 def publish_instance_event(instance_id, payload: dict) -> None:
     def send() -> None:
         try:
             layer = get_channel_layer()
-            if layer is None:
-                return
-            async_to_sync(layer.group_send)(
-                instance_group(instance_id), {"type": "instance.event", **payload}
-            )
+            if layer is not None:
+                async_to_sync(layer.group_send)(
+                    instance_group(instance_id), {"type": "instance.event", **payload}
+                )
         except Exception:  # noqa: BLE001 - see module docstring
             log.warning("could not publish event for instance %s", instance_id, exc_info=True)
+        try:
+            state_redis().publish(state_channel(instance_id), payload["status"])
+        except Exception:  # noqa: BLE001 - see module docstring
+            log.warning("could not publish the state of instance %s", instance_id, exc_info=True)
 
     transaction.on_commit(send)
 
@@ -50,43 +73,31 @@ def wait_for_status(
 ) -> tuple[str, bool]:
     """Block until the instance is ``wanted`` (or in WAIT_ENDS), for at most ``timeout`` s.
 
-    Listens on the instance's group before reading ``current()`` (the state in the
-    database), so a change committed in between is not missed. Returns the last state
-    seen and whether the wait ended on a change rather than the timeout. Holds no
-    database connection while it waits; the caller reads the instance afresh after.
+    Subscribes to the instance's state channel before reading ``current()`` (the state
+    in the database), so a change committed in between is not missed. Returns the last
+    state seen and whether the wait ended on a change rather than the timeout. Holds no
+    database connection while it waits (the caller reads the instance afresh after);
+    plain blocking Redis, so it waits the same in a WSGI or an ASGI worker's thread.
     """
     stops = WAIT_ENDS | {wanted}
-
-    async def wait() -> tuple[str, bool]:
-        layer = get_channel_layer()
-        group = instance_group(instance_id)
-        # A plain (not process-local "!") channel: any thread's event loop may receive on it.
-        channel = f"instance-wait.{uuid.uuid4().hex}"
-        await layer.group_add(group, channel)
+    deadline = time.monotonic() + timeout
+    try:
+        pubsub = state_redis().pubsub(ignore_subscribe_messages=True)
         try:
-            status = await sync_to_async(current)()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
+            pubsub.subscribe(state_channel(instance_id))
+            status = current()
             while status not in stops:
-                remaining = deadline - loop.time()
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return status, False
-                try:
-                    message = await asyncio.wait_for(layer.receive(channel), remaining)
-                except TimeoutError:
-                    return status, False
-                status = message.get("status") or status
+                message = pubsub.get_message(timeout=remaining)
+                if message is not None:
+                    status = message["data"].decode()
             return status, True
         finally:
-            await layer.group_discard(group, channel)
-
-    try:
-        return async_to_sync(wait)()
-    except Exception:  # noqa: BLE001 - the channel layer is down: the database still answers
-        log.warning(
-            "instance %s: waiting by polling (channel layer failed)", instance_id, exc_info=True
-        )
-        deadline = time.monotonic() + timeout
+            pubsub.close()
+    except (redis.RedisError, OSError):  # Redis is down: the database still answers
+        log.warning("instance %s: waiting by polling (Redis failed)", instance_id, exc_info=True)
         while (status := current()) not in stops:
             if time.monotonic() >= deadline:
                 return status, False

@@ -103,6 +103,19 @@ def flatmap_path_parameters(context, path_parameters):
 
 
 @schema.hook
+def map_query(context, query):
+    """A long-poll waits for a change no fuzzed request makes: keep its wait short (an
+    invalid timeout stays as generated, to be refused)."""
+    if not isinstance(query, dict) or "wait_for" not in query:
+        return query
+    try:
+        too_long = float(query.get("timeout", 60)) > 0.1
+    except (TypeError, ValueError):
+        too_long = False
+    return {**query, "timeout": 0.1} if too_long else query
+
+
+@schema.hook
 def flatmap_body(context, body):
     """Launch bodies that often name a real GPU model, plan and image, and one of the two
     ways to choose GPUs (a plan, or a model and count) rather than both."""
