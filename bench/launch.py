@@ -10,8 +10,8 @@ in rounds, for each path it runs one *pair*: a platform launch and a direct
 run is timed from the first call until the bench's own GET of JupyterLab's
 ``/api/status`` with the token answers 200. The paths:
 
-- ``service``: ``instance_launch`` in-process, then waiting on the instance's channel-layer
-  group (what the long-poll uses) for ``running``;
+- ``service``: ``instance_launch`` in-process, then ``wait_for_status`` (the instance's Redis
+  state channel, what the long-poll waits on) for ``running``;
 - ``rest``: ``POST /api/v1/instances/`` then ``GET …/{id}/?wait_for=running&timeout=60``;
 - ``sdk``: the article's snippet as written (``Client(...).create_instance(...)``, then
   ``instance.connect()``).
