@@ -101,6 +101,7 @@ def agent(control_worker, docker_client, catalog, tmp_path):
         log_path=tmp_path / "agent.log",
         GPURENTAL_HF_CACHE_DIR=str(hf_cache),
         GPURENTAL_DISK_CHECK_INTERVAL="2",
+        GPURENTAL_READY_TIMEOUT=str(READY_TIMEOUT),
     )
     agent.hf_cache = hf_cache
     agent.start()
