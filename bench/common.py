@@ -37,8 +37,51 @@ def setup_django(var_dir: Path, **env: str) -> dict[str, str]:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (0 for no values)."""
+    """The nearest-rank ``q`` quantile (nan for no values)."""
     if not values:
-        return 0.0
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def session_key(user) -> str:
+    """A logged-in console session for ``user``, as the login view would make it."""
+    from django.contrib.sessions.backends.db import SessionStore
+
+    store = SessionStore()
+    store["_auth_user_id"] = str(user.pk)
+    store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    store["_auth_user_hash"] = user.get_session_auth_hash()
+    store.create()
+    return store.session_key
+
+
+def a100_catalog(nvml_name: str = "NVIDIA A100-SXM4-80GB"):
+    """An A100 80GB SXM model, its 1-GPU plan and a JupyterLab image: (model, plan, image)."""
+    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+
+    model = GPUModel.objects.create(
+        slug="a100",
+        name="A100 80GB SXM",
+        short_name="A100",
+        nvml_names=[nvml_name],
+        memory_gb=80,
+        fp16_tflops=312,
+        bf16_tflops=312,
+        fp32_tflops=19.5,
+        memory_bandwidth_gbs=2039,
+        interconnect=Interconnect.NVSWITCH,
+        nvlink_bandwidth_gbs=600,
+    )
+    plan = Plan.objects.create(
+        slug="a100-x1",
+        name="1× A100",
+        gpu_model=model,
+        gpu_count=1,
+        vcpus=8,
+        memory_gb=32,
+        disk_gb=100,
+        hourly_rate=2,
+    )
+    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x:latest")
+    return model, plan, image

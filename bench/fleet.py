@@ -54,19 +54,15 @@ from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import a100_catalog, percentile, setup_django  # noqa: E402
+
 SECRET = "bench-" + uuid.uuid4().hex * 2
 AMQP = "127.0.0.1", 5672
 MANAGEMENT = "http://127.0.0.1:15672"
 GUEST = ("guest", "guest")
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 RECONCILE_EVERY = 10.0  # RECONCILE_INTERVAL's default (gpurental.celery_app)
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def listening(port: int) -> bool:
@@ -212,30 +208,6 @@ def control_queue(vhost: str) -> dict:
     return response.json() if response.ok else {}
 
 
-def setup_django(var_dir: Path, broker_url: str, offline_after: int) -> dict[str, str]:
-    from gpurental import embedded
-
-    urls = embedded.ensure(var_dir)  # always its own servers: never touch real data
-    os.environ.update(urls)
-    os.environ.update(
-        {
-            "SECRET_KEY": SECRET,
-            "DJANGO_SETTINGS_MODULE": "gpurental.settings",
-            "CELERY_BROKER_URL": broker_url,
-            "RABBITMQ_MANAGEMENT_URL": "",  # no per-host accounts: publishers sign, guest sends
-            "HOST_OFFLINE_AFTER": str(offline_after),
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    return urls
-
-
 def make_fleet(hosts: int) -> list[dict]:
     """N hosts with 8 GPUs each (rows as the first heartbeat would leave them) and one
     running instance holding GPU 0; returns name, token and instance ids per host."""
@@ -245,35 +217,11 @@ def make_fleet(hosts: int) -> list[dict]:
 
     from gpurental.accounts.models import User
     from gpurental.agent.gpus import SimulatedSource
-    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
     from gpurental.fleet.models import GPU
     from gpurental.fleet.services import host_create
     from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 
-    model = GPUModel.objects.create(
-        slug="a100",
-        name="A100 80GB SXM",
-        short_name="A100",
-        nvml_names=[GPU_MODEL],
-        memory_gb=80,
-        fp16_tflops=312,
-        bf16_tflops=312,
-        fp32_tflops=19.5,
-        memory_bandwidth_gbs=2039,
-        interconnect=Interconnect.NVSWITCH,
-        nvlink_bandwidth_gbs=600,
-    )
-    plan = Plan.objects.create(
-        slug="a100-x1",
-        name="1× A100",
-        gpu_model=model,
-        gpu_count=1,
-        vcpus=8,
-        memory_gb=32,
-        disk_gb=100,
-        hourly_rate=2,
-    )
-    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x:latest")
+    model, plan, image = a100_catalog(GPU_MODEL)
     user = User.objects.create(email="renter@bench.invalid", password=make_password(None))
     now = timezone.now()
     fleet = []
@@ -455,7 +403,14 @@ def main() -> int:
     publishers: list[subprocess.Popen] = []
     try:
         vhost_create(vhost)
-        urls = setup_django(work / "var", broker_url, args.offline_after)
+        urls = setup_django(
+            work / "var",
+            SECRET_KEY=SECRET,
+            CELERY_BROKER_URL=broker_url,
+            RABBITMQ_MANAGEMENT_URL="",  # no per-host accounts: publishers sign, guest sends
+            HOST_OFFLINE_AFTER=str(args.offline_after),
+            LOG_LEVEL="WARNING",
+        )
         made = time.monotonic()
         fleet = make_fleet(args.hosts)
         print(

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import setup_django  # noqa: E402
+from bench.common import session_key, setup_django  # noqa: E402
 
 IMAGE = "gpurental/jupyter-cpu:latest"
 
@@ -247,18 +247,6 @@ class Platform:
         lifecycle.instance_terminate(instance=Instance.objects.get(pk=instance_id), actor=self.user)
         terminated = Instance.objects.filter(pk=instance_id, status="terminated")
         wait_for(terminated.exists, 60, "terminated", self.agent)
-
-
-def session_key(user) -> str:
-    """A logged-in console session for ``user``, as the login view would make it."""
-    from django.contrib.sessions.backends.db import SessionStore
-
-    store = SessionStore()
-    store["_auth_user_id"] = str(user.pk)
-    store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    store["_auth_user_hash"] = user.get_session_auth_hash()
-    store.create()
-    return store.session_key
 
 
 class ConsoleWatcher(threading.Thread):

@@ -85,15 +85,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import a100_catalog, percentile, session_key, setup_django  # noqa: E402
+
 SECRET = "bench-" + uuid.uuid4().hex * 2
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -101,60 +97,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def setup_django(var_dir: Path) -> dict[str, str]:
-    from gpurental import embedded
-
-    urls = embedded.ensure(var_dir)  # always its own servers: never touch real data
-    os.environ.update(urls)
-    os.environ["SECRET_KEY"] = SECRET
-    os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    return urls
-
-
 def make_fleet(hosts: int, clients: int, fleet_clients: int) -> dict:
     """Hosts, GPUs, one running instance per watched GPU, and a session per viewer."""
     from django.conf import settings
     from django.contrib.auth.hashers import make_password
-    from django.contrib.sessions.backends.db import SessionStore
     from django.utils import timezone
     from psycopg.types.range import Range
 
     from gpurental.accounts.models import User
-    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
     from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
     from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 
-    model = GPUModel.objects.create(
-        slug="a100",
-        name="A100 80GB SXM",
-        short_name="A100",
-        nvml_names=["NVIDIA A100-SXM4-80GB"],
-        memory_gb=80,
-        fp16_tflops=312,
-        bf16_tflops=312,
-        fp32_tflops=19.5,
-        memory_bandwidth_gbs=2039,
-        interconnect=Interconnect.NVSWITCH,
-        nvlink_bandwidth_gbs=600,
-    )
-    plan = Plan.objects.create(
-        slug="a100-x1",
-        name="1× A100",
-        gpu_model=model,
-        gpu_count=1,
-        vcpus=8,
-        memory_gb=32,
-        disk_gb=100,
-        hourly_rate=2,
-    )
-    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x:latest")
+    model, plan, image = a100_catalog()
     gpus = []
     for s in range(hosts):
         host, _ = host_create(name=f"bench-{s:03d}")
@@ -190,19 +144,11 @@ def make_fleet(hosts: int, clients: int, fleet_clients: int) -> dict:
         ]
     )
 
-    def session(user) -> str:
-        store = SessionStore()
-        store["_auth_user_id"] = str(user.pk)
-        store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-        store["_auth_user_hash"] = user.get_session_auth_hash()
-        store.create()
-        return store.session_key
-
-    staff_session = session(staff)
+    staff_session = session_key(staff)
     viewers = [
         {
             "path": f"/ws/instances/{instances[i % watched].pk}/",
-            "cookie": session(users[i % watched]),
+            "cookie": session_key(users[i % watched]),
             "host": gpus[i % watched][0].name,
         }
         for i in range(clients)
@@ -617,7 +563,7 @@ def main() -> int:
 
     daphnes: list[subprocess.Popen] = []
     try:
-        urls = setup_django(work / "var")
+        urls = setup_django(work / "var", SECRET_KEY=SECRET)
         fleet = make_fleet(args.hosts, args.clients, args.fleet_clients)
         ports = []
         for d in range(args.daphnes):
