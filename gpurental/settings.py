@@ -283,6 +283,9 @@ CHANNEL_LAYERS = {
 
 # --- REST API ---------------------------------------------------------------
 API_THROTTLE_RATE = os.environ.get("API_THROTTLE_RATE", "1200/min")  # per API key (or user)
+# Long-polls (GET instances/{id}/?wait_for=) one user may have waiting at once: each holds
+# a web thread and a Redis connection for up to its timeout.
+API_WAITS_PER_USER = env_int("API_WAITS_PER_USER", 20)
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -81,8 +81,17 @@ def _message(exc: exceptions.APIException, request, view) -> str:
     if isinstance(exc, exceptions.Throttled):
         wait = int(exc.wait) if exc.wait is not None else None
         later = f"; retry in {wait} seconds" if wait is not None else "; retry later"
-        return f"too many requests: the API rate limit was reached{later}"
+        reason = getattr(exc, "reason", "the API rate limit was reached")
+        return f"too many requests: {reason}{later}"
     return str(exc.detail)
+
+
+class TooMany(exceptions.Throttled):
+    """A 429 for a limit other than the request rate, with its own sentence."""
+
+    def __init__(self, reason: str, wait: float | None = None):
+        super().__init__(wait=wait)
+        self.reason = reason
 
 
 def exception_handler(exc, context):

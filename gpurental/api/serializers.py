@@ -251,7 +251,7 @@ class InstanceListQuerySerializer(serializers.Serializer):
     )
 
 
-WAIT_TIMEOUT_MAX = 120  # seconds: below the read timeouts of common proxies
+WAIT_TIMEOUT_MAX = 120  # seconds; behind a proxy, ask for less than its read timeout
 
 
 class InstanceWaitQuerySerializer(serializers.Serializer):

@@ -8,6 +8,7 @@ object does not exist or belongs to someone else, so nothing leaks its existence
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
@@ -26,12 +27,13 @@ from rest_framework.response import Response
 from gpurental.accounts.models import ApiKey
 from gpurental.accounts.services import ApiKeyRefused, api_key_create, api_key_revoke
 from gpurental.api import serializers as s
+from gpurental.api.errors import TooMany
 from gpurental.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpurental.api.idempotency import KEY_PATTERN, idempotent
 from gpurental.billing.selectors import balance_status
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.rentals import selectors as rental_selectors
-from gpurental.rentals.events import wait_for_status
+from gpurental.rentals.events import wait_for_status, wait_slot
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services.lifecycle import (
     instance_launch,
@@ -187,14 +189,24 @@ class InstanceViewSet(
         wanted = query.validated_data.get("wait_for")
         if not wanted:  # read once, with its prefetches: get_object used the same queryset
             return Response(self.get_serializer(instance).data)
-        if not connection.in_atomic_block:
-            connection.close()  # hold no database connection while waiting
-        seen, changed = wait_for_status(
-            instance.pk,
-            wanted,
-            query.validated_data["timeout"],
-            current=lambda: Instance.objects.values_list("status", flat=True).get(pk=instance.pk),
-        )
+
+        def current() -> str:
+            status_now = Instance.objects.values_list("status", flat=True).get(pk=instance.pk)
+            if not connection.in_atomic_block:
+                connection.close()  # hold no database connection while waiting
+            return status_now
+
+        limit = settings.API_WAITS_PER_USER
+        with wait_slot(str(request.user.pk), limit, ttl=2 * s.WAIT_TIMEOUT_MAX) as allowed:
+            if not allowed:
+                raise TooMany(
+                    f"{limit} long-polls of yours are already waiting; wait on fewer "
+                    "instances at once (or read without wait_for)",
+                    wait=1,
+                )
+            seen, changed = wait_for_status(
+                instance.pk, wanted, query.validated_data["timeout"], current=current
+            )
         response = self._detail(instance)
         response["Wait-Outcome"] = (
             "timeout" if not changed else "reached" if seen == wanted else "ended"

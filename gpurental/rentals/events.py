@@ -10,10 +10,11 @@ hiccupped would not be.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import redis
 from asgiref.sync import async_to_sync
@@ -33,8 +34,9 @@ def state_channel(instance_id) -> str:
 
 @functools.cache
 def _redis(url: str) -> redis.Redis:
-    # No socket timeout: a waiter blocks in get_message(timeout=...) for up to its timeout.
-    return redis.Redis.from_url(url, socket_connect_timeout=2)
+    # A stalled Redis fails a publish in 2 s; a waiter's get_message(timeout=...) reads
+    # with its own timeout.
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
 
 
 def state_redis() -> redis.Redis:
@@ -55,7 +57,7 @@ def publish_instance_event(instance_id, payload: dict) -> None:
         except Exception:  # noqa: BLE001 - see module docstring
             log.warning("could not publish event for instance %s", instance_id, exc_info=True)
         try:
-            state_redis().publish(state_channel(instance_id), payload["status"])
+            state_redis().publish(state_channel(instance_id), "changed")
         except Exception:  # noqa: BLE001 - see module docstring
             log.warning("could not publish the state of instance %s", instance_id, exc_info=True)
 
@@ -68,31 +70,60 @@ WAIT_ENDS = frozenset({"failed", "lost", "terminated"})
 POLL_FALLBACK_SECONDS = 0.5
 
 
+@contextlib.contextmanager
+def wait_slot(owner: str, limit: int, ttl: int) -> Iterator[bool]:
+    """Count ``owner``'s waits in progress: True while it has at most ``limit``. The count
+    expires after ``ttl`` s (a worker killed mid-wait does not hold a slot for ever); when
+    Redis cannot count, the wait is allowed (it then polls the database, see below)."""
+    key = f"gpurental:waits:{owner}"
+    try:
+        client = state_redis()
+        count = client.incr(key)
+        client.expire(key, ttl)
+    except (redis.RedisError, OSError):
+        yield True
+        return
+    try:
+        yield count <= limit
+    finally:
+        with contextlib.suppress(redis.RedisError, OSError):
+            client.decr(key)
+
+
 def wait_for_status(
     instance_id, wanted: str, timeout: float, current: Callable[[], str]
 ) -> tuple[str, bool]:
     """Block until the instance is ``wanted`` (or in WAIT_ENDS), for at most ``timeout`` s.
 
-    Subscribes to the instance's state channel before reading ``current()`` (the state
-    in the database), so a change committed in between is not missed. Returns the last
-    state seen and whether the wait ended on a change rather than the timeout. Holds no
-    database connection while it waits (the caller reads the instance afresh after);
-    plain blocking Redis, so it waits the same in a WSGI or an ASGI worker's thread.
+    Subscribes to the instance's state channel (and waits for Redis to confirm) before
+    reading ``current()``, the state in the database, so a change committed in between is
+    not missed; each message is a wake-up to read it again. Returns the last state read
+    and whether the wait ended on a change rather than the timeout. ``current`` should
+    not keep a database connection open (the view's closes it after each read). Plain
+    blocking Redis, so it waits the same in a WSGI or an ASGI worker's thread.
     """
     stops = WAIT_ENDS | {wanted}
     deadline = time.monotonic() + timeout
     try:
-        pubsub = state_redis().pubsub(ignore_subscribe_messages=True)
+        pubsub = state_redis().pubsub()
         try:
             pubsub.subscribe(state_channel(instance_id))
+            # Only once Redis confirms the subscription can no publish slip past us.
+            while (
+                confirmed := pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            ) is None or confirmed["type"] != "subscribe":
+                if time.monotonic() >= deadline:
+                    status = current()
+                    return status, status in stops
             status = current()
             while status not in stops:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return status, False
-                message = pubsub.get_message(timeout=remaining)
-                if message is not None:
-                    status = message["data"].decode()
+                if pubsub.get_message(timeout=remaining) is not None:
+                    # A wake-up, not the truth: messages from different processes may
+                    # arrive out of order. The database says where the instance is.
+                    status = current()
             return status, True
         finally:
             pubsub.close()

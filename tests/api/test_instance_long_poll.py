@@ -152,3 +152,23 @@ def test_without_wait_for_the_detail_is_as_before(as_alice, launched):
     response = as_alice.get(url(launched))
 
     assert response.status_code == 200 and "Wait-Outcome" not in response
+
+
+def test_one_customer_cannot_keep_more_than_the_limit_of_long_polls_waiting(
+    as_alice, launched, settings
+):
+    settings.API_WAITS_PER_USER = 1
+    waiter = Waiter(as_alice, url(launched, "?wait_for=running&timeout=3"))
+    waiter.start()
+    time.sleep(0.5)
+    assert waiter.is_alive()
+
+    refused = as_alice.get(url(launched, "?wait_for=running&timeout=3"))
+    error = assert_error(refused, 429, "throttled")
+    assert "1 long-polls of yours are already waiting" in error["message"]
+    assert as_alice.get(url(launched)).status_code == 200  # a plain read is not a wait
+
+    waiter.join(timeout=20)
+    assert waiter.response["Wait-Outcome"] == "timeout"
+    again = as_alice.get(url(launched, "?wait_for=running&timeout=0.2"))
+    assert again.status_code == 200  # the slot is free again
