@@ -11,12 +11,13 @@ import email.utils
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import requests
+from requests.structures import CaseInsensitiveDict
 
 from gpurental import __version__
 from gpurental.client import config
@@ -166,7 +167,7 @@ class Client:
         seconds; sooner when it gets there, or fails, is lost or terminated), and whether the
         server long-polled. An older server ignores the parameters and answers at once
         without ``Wait-Outcome``; the SDK then polls instead (``_long_poll`` turns False)."""
-        headers: dict[str, str] = {}
+        headers: CaseInsensitiveDict = CaseInsensitiveDict()  # a proxy may lowercase names
         data = self._request(
             "GET",
             f"instances/{self._quote(instance_id)}/",
@@ -362,7 +363,7 @@ class Client:
         accept: str = "application/json",
         raw: bool = False,
         read_timeout: float | None = None,
-        headers_out: dict[str, str] | None = None,
+        headers_out: MutableMapping[str, str] | None = None,
     ) -> Any:
         """The answer's JSON; with ``raw``, its body as bytes (a download). Errors are JSON
         either way and raise the typed error. ``read_timeout`` overrides ``timeout`` for

@@ -29,7 +29,9 @@ STATUSES = (
 # Statuses an instance never leaves on its own: waiting for anything else is over.
 FAILED_STATUSES = ("failed", "lost")
 TERMINATED = "terminated"
-LONG_POLL_SECONDS = 60.0  # per request; the server allows up to 120
+# Per request: under the read timeouts of common proxies (nginx and cloud load balancers
+# default to 60 s, some routers to 30 s); the server allows up to 120.
+LONG_POLL_SECONDS = 25.0
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -205,7 +207,7 @@ class Instance(_Bound):
             long_polled = False
             if remaining > 0 and client._long_poll is not False:
                 # With on_progress the caller shows steps: come back at least every poll s.
-                wait = min(remaining, poll if on_progress else LONG_POLL_SECONDS)
+                wait = min(remaining, LONG_POLL_SECONDS, poll if on_progress else remaining)
                 data, long_polled = client._wait_instance(self.id, status, wait)
                 self._update(data)
             else:
