@@ -45,6 +45,8 @@ def _own_redis_db_per_xdist_worker() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or os.environ.get("GPURENTAL_TEST_REDIS_DB_SET"):
         return
+    if int(worker[2:]) >= 15:
+        raise RuntimeError(f"{worker}: at most 15 xdist workers (Redis has 16 databases)")
     parts = urlsplit(os.environ["REDIS_URL"])
     query = dict(parse_qsl(parts.query))
     if parts.scheme == "unix":  # the embedded Redis: unix:///path/redis.sock?db=N
