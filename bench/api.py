@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import percentile, setup_django  # noqa: E402
+from bench.common import h100_catalog, percentile, setup_django  # noqa: E402
 
 ALICE_INSTANCES = 50
 # (status, share): what a fleet's instance table looks like after a while.
@@ -61,34 +61,12 @@ def load(users: int, instances: int, hosts: int) -> dict:
     from gpurental.accounts.models import User
     from gpurental.accounts.services import api_key_create
     from gpurental.billing.services import credit_add
-    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
     from gpurental.fleet.models import GPU, Host, HostStatus
     from gpurental.rentals.models import Allocation, Instance, InstanceEvent
 
     started = time.perf_counter()
-    model = GPUModel.objects.create(
-        slug="h100",
-        name="H100 80GB SXM",
-        short_name="H100",
-        memory_gb=80,
-        fp16_tflops=989,
-        bf16_tflops=989,
-        fp32_tflops=67,
-        memory_bandwidth_gbs=3350,
-        interconnect=Interconnect.NVSWITCH,
-        nvlink_bandwidth_gbs=900,
-    )
-    plan = Plan.objects.create(
-        slug="h100-x1",
-        name="1× H100",
-        gpu_model=model,
-        gpu_count=1,
-        vcpus=16,
-        memory_gb=128,
-        disk_gb=500,
-        hourly_rate=Decimal("3.0000"),
-    )
-    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x")
+    model, plans, image = h100_catalog()
+    plan = plans[1]
     now = timezone.now()
     fleet = Host.objects.bulk_create(
         Host(

@@ -85,3 +85,39 @@ def a100_catalog(nvml_name: str = "NVIDIA A100-SXM4-80GB"):
     )
     image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x:latest")
     return model, plan, image
+
+
+def h100_catalog(counts=(1,)):
+    """An H100 80GB SXM model, an N-GPU plan for each of ``counts`` and a JupyterLab image:
+    (model, {N: plan}, image)."""
+    from decimal import Decimal
+
+    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+
+    model = GPUModel.objects.create(
+        slug="h100",
+        name="H100 80GB SXM",
+        short_name="H100",
+        memory_gb=80,
+        fp16_tflops=989,
+        bf16_tflops=989,
+        fp32_tflops=67,
+        memory_bandwidth_gbs=3350,
+        interconnect=Interconnect.NVSWITCH,
+        nvlink_bandwidth_gbs=900,
+    )
+    plans = {
+        n: Plan.objects.create(
+            slug=f"h100-x{n}",
+            name=f"{n}× H100",
+            gpu_model=model,
+            gpu_count=n,
+            vcpus=16 * n,
+            memory_gb=128 * n,
+            disk_gb=500,
+            hourly_rate=Decimal("3.0000") * n,
+        )
+        for n in sorted(set(counts))
+    }
+    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x")
+    return model, plans, image

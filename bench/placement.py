@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import percentile, setup_django  # noqa: E402
+from bench.common import h100_catalog, percentile, setup_django  # noqa: E402
 
 GPU_COUNTS = (1, 1, 1, 1, 2, 2, 4, 8)  # what launches ask for (mean 2.5)
 BOOKING_COUNTS = (1, 2, 4, 8)
@@ -63,33 +63,9 @@ def load(hosts: int, gpus_per_host: int, users: int) -> dict:
 
     from gpurental.accounts.models import User
     from gpurental.billing.services import credit_add
-    from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
     from gpurental.fleet.models import GPU, Host, HostStatus
 
-    model = GPUModel.objects.create(
-        slug="h100",
-        name="H100 80GB SXM",
-        short_name="H100",
-        memory_gb=80,
-        fp16_tflops=989,
-        bf16_tflops=989,
-        fp32_tflops=67,
-        memory_bandwidth_gbs=3350,
-        interconnect=Interconnect.NVSWITCH,
-        nvlink_bandwidth_gbs=900,
-    )
-    for n in sorted(set(GPU_COUNTS + BOOKING_COUNTS)):
-        Plan.objects.create(
-            slug=f"h100-x{n}",
-            name=f"{n}× H100",
-            gpu_model=model,
-            gpu_count=n,
-            vcpus=16 * n,
-            memory_gb=128 * n,
-            disk_gb=500,
-            hourly_rate=Decimal("3.0000") * n,
-        )
-    image = ImageTemplate.objects.create(slug="jupyter", name="JupyterLab", image="x")
+    model, _, image = h100_catalog(GPU_COUNTS + BOOKING_COUNTS)
     now = timezone.now()
     started = time.perf_counter()
     # Heart-beating far ahead: the run must not outlive HOST_OFFLINE_AFTER (the fleet's
