@@ -82,8 +82,9 @@ STOP = "gpurental.agent.instance_stop"
 REMOVE = "gpurental.agent.instance_remove"
 AGENT_TASKS = (START, RESTART, STOP, REMOVE)
 
-SPEC_VERSION = 2
-# Every field of a version-2 start spec (version 1 carried a host path to mount); ``spec_version`` says which set it is.
+SPEC_VERSION = 3
+# Every field of a version-3 start spec (version 1 carried a host path to mount; version 2
+# had no extra ports and no SSH); ``spec_version`` says which set it is.
 SPEC_FIELDS = frozenset(
     {
         "spec_version",
@@ -97,6 +98,8 @@ SPEC_FIELDS = frozenset(
         "memory_mb",
         "pids_limit",
         "container_port",
+        "http_ports",  # other HTTP ports the image declares, reached through the gateway
+        "ssh",  # None, or {"port", "host_key", "authorized_keys"}: sshd inside, for the SSH gateway
         "env",
         "mount_model_cache",
         "command",
@@ -137,7 +140,8 @@ CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY)
 # What an instance report may say, and the data each kind carries.
 REPORT_KINDS = {
     "progress": ("step", "message"),
-    "running": ("port", "host", "container_id", "ready_s"),  # ready_s: optional
+    # ready_s and ports ({container port: host port}, every published port): optional
+    "running": ("port", "host", "container_id", "ready_s", "ports"),
     "failed": ("reason",),
     "stopped": (),
     "removed": (),

@@ -349,6 +349,29 @@ INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 1024)
 DISK_WARNING_PERCENT = env_int("DISK_WARNING_PERCENT", 90)
 DISK_GRACE_MINUTES = env_int("DISK_GRACE_MINUTES", 10)
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
+# --- Instance gateway (gpurental/gateway/; README "Gateway") ---
+# Every instance answers at <instance id>.<GATEWAY_DOMAIN>, other declared ports at
+# <instance id>-<port>.<GATEWAY_DOMAIN>. Production: a registrable domain apart from the
+# console's, with wildcard DNS and a wildcard certificate. The demo: *.gw.localhost, which
+# browsers resolve to loopback themselves.
+GATEWAY_DOMAIN = os.environ.get("GATEWAY_DOMAIN", "gw.localhost").lower().strip(".")
+GATEWAY_SCHEME = os.environ.get("GATEWAY_SCHEME", "http" if DEBUG else "https")
+GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8001" if DEBUG else "443"))
+# One-time tickets (Open JupyterLab, the API's connect) expire after this many seconds.
+GATEWAY_TICKET_TTL_S = int(os.environ.get("GATEWAY_TICKET_TTL_S", "60"))
+# The cookie a ticket is exchanged for lasts this long (and dies sooner with the run).
+GATEWAY_SESSION_TTL_S = int(os.environ.get("GATEWAY_SESSION_TTL_S", str(12 * 3600)))
+# SSH gateway: where customers connect (`ssh <instance id>@SSH_GATEWAY_HOST -p SSH_GATEWAY_PORT`),
+# its host key and the client key it logs in to instances with (both made on first use).
+SSH_GATEWAY_HOST = os.environ.get("SSH_GATEWAY_HOST", "127.0.0.1")
+SSH_GATEWAY_PORT = int(os.environ.get("SSH_GATEWAY_PORT", "2222"))
+SSH_GATEWAY_HOST_KEY = os.environ.get(
+    "SSH_GATEWAY_HOST_KEY", str(BASE_DIR / "var/ssh/gateway_host_ed25519")
+)
+SSH_GATEWAY_CLIENT_KEY = os.environ.get(
+    "SSH_GATEWAY_CLIENT_KEY", str(BASE_DIR / "var/ssh/gateway_client_ed25519")
+)
+
 PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("PORT", "8000"))
 
 LOGGING = {

@@ -24,7 +24,7 @@ FORCE=${FORCE:-0}
 
 SUITE=bookworm
 BASE_TAG=gpurental/base:$SUITE
-BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less
+BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,openssh-server
 JUPYTER_TAG=gpurental/jupyter-cpu:latest
 WHEELS="$CACHE/wheels/jupyter"
 # Wheels are chosen for the image's Python (Debian 12: CPython 3.11, glibc 2.36),

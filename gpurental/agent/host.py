@@ -82,6 +82,12 @@ class HostAgent:
         for key in ("gpu_indices", "gpu_uuids", "command"):
             data[key] = tuple(data.get(key) or ())
         data["bind_address"] = self.bind_address
+        data["http_ports"] = tuple(data.get("http_ports") or ())
+        ssh = data.pop("ssh", None) or {}
+        if ssh:
+            data["ssh_port"] = ssh["port"]
+            data["ssh_host_key"] = ssh["host_key"]
+            data["ssh_authorized_keys"] = ssh["authorized_keys"]
         if data.pop("mount_model_cache", False):
             if not self.hf_cache_dir:
                 raise ValueError(
@@ -142,6 +148,7 @@ class HostAgent:
             host=started.host,
             container_id=started.container_id,
             **({"ready_s": round(started.ready_s, 3)} if started.ready_s is not None else {}),
+            **({"ports": {str(k): v for k, v in started.ports.items()}} if started.ports else {}),
         )
 
     def _free_gpus_for(self, spec: ContainerSpec, progress) -> None:

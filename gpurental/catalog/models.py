@@ -1,7 +1,8 @@
 import datetime as dt
 from decimal import Decimal
 
-from django.core.validators import RegexValidator
+from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -147,6 +148,18 @@ class ImageTemplate(models.Model):
     port = models.PositiveIntegerField(
         default=8888, help_text="JupyterLab port inside the container"
     )
+    http_ports = ArrayField(
+        models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(65535)]),
+        default=list,
+        blank=True,
+        help_text="Other HTTP ports inside the container (e.g. 6006 for TensorBoard), each "
+        "reached at <instance>-<port>.<gateway domain>",
+    )
+    ssh_port = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Port of the image's sshd (started by its entrypoint); empty = no SSH",
+    )
     command = models.JSONField(
         default=list, blank=True, help_text="Overrides the image's command; [] = default"
     )
@@ -159,6 +172,10 @@ class ImageTemplate(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(port__gte=1) & Q(port__lte=65535), name="image_port_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(ssh_port__isnull=True) | (Q(ssh_port__gte=1) & Q(ssh_port__lte=65535)),
+                name="image_ssh_port_range",
             ),
         ]
 

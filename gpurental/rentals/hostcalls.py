@@ -10,6 +10,7 @@ from django.db import transaction
 
 from gpurental import protocol
 from gpurental.celery_app import app
+from gpurental.gateway import sshkeys
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
 
@@ -47,10 +48,23 @@ def container_spec(instance: Instance) -> dict:
         "memory_mb": plan.memory_gb * 1024,
         "pids_limit": settings.INSTANCE_PIDS_LIMIT,
         "container_port": image.port,
+        "http_ports": list(image.http_ports or []),
+        "ssh": _ssh(instance),
         "env": env,
         # Whether to mount the host's model cache; the path is the agent's own setting.
         "mount_model_cache": bool(instance.mount_model_cache),
         "command": list(image.command or []),
+    }
+
+
+def _ssh(instance: Instance) -> dict | None:
+    """sshd inside, for the SSH gateway only: this run's host key and the gateway's key."""
+    if not instance.image.ssh_port or not instance.ssh_host_key:
+        return None
+    return {
+        "port": instance.image.ssh_port,
+        "host_key": instance.ssh_host_key,
+        "authorized_keys": sshkeys.client_public_key(),
     }
 
 

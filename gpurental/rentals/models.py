@@ -54,6 +54,12 @@ class Instance(models.Model):
     status_changed_at = models.DateTimeField(default=timezone.now)
     jupyter_token = models.CharField(max_length=64, blank=True, editable=False)
     jupyter_port = models.PositiveIntegerField(null=True, blank=True)
+    # Every port the agent published for this run, on the host's address: {"8888": 49153,
+    # "2222": 49154}. Only the gateways connect to them.
+    ports = models.JSONField(default=dict, blank=True, editable=False)
+    # The OpenSSH host key of this run's sshd, made by the platform at each start; the SSH
+    # gateway checks the container against its public half.
+    ssh_host_key = models.TextField(blank=True, editable=False)
     container_id = models.CharField(max_length=80, blank=True)
     mount_model_cache = models.BooleanField(default=False)
     idle_stop_minutes = models.PositiveIntegerField(default=30, help_text="0 = never auto-stop")

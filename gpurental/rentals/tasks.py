@@ -25,6 +25,7 @@ REPORTS = {
         port=int(d["port"]),
         container_id=str(d.get("container_id", "")),
         ready_s=_seconds_or_none(d.get("ready_s")),
+        ports=_ports(d.get("ports")),
     ),
     "failed": lambda iid, d: lifecycle.instance_report_failed(
         instance_id=iid, reason=str(d.get("reason", ""))[:2000]
@@ -32,6 +33,21 @@ REPORTS = {
     "stopped": lambda iid, d: lifecycle.instance_report_stopped(instance_id=iid),
     "removed": lambda iid, d: lifecycle.instance_report_removed(instance_id=iid),
 }
+
+
+def _ports(value) -> dict[str, int]:
+    """{container port: host port}, keeping only pairs of valid port numbers."""
+    if not isinstance(value, dict):
+        return {}
+    ports = {}
+    for inside, outside in value.items():
+        try:
+            inside, outside = int(inside), int(outside)
+        except (TypeError, ValueError):
+            continue
+        if 1 <= inside <= 65535 and 1 <= outside <= 65535:
+            ports[str(inside)] = outside
+    return ports
 
 
 def _seconds_or_none(value) -> float | None:

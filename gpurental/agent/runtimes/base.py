@@ -83,6 +83,14 @@ class ContainerSpec:
     hf_cache_dir: str | None = None  # host path, mounted read-only at /models/huggingface
     # Overrides the image's command (an ImageTemplate may set one); () keeps it.
     command: tuple[str, ...] = ()
+    # Other HTTP ports the image declares; published on bind_address like JupyterLab's.
+    http_ports: tuple[int, ...] = ()
+    # sshd inside the container, reached only by the platform's SSH gateway: its port,
+    # the host key (an OpenSSH private key the platform made for this run) and the
+    # gateway's public key, the only one allowed in. No port = no SSH.
+    ssh_port: int | None = None
+    ssh_host_key: str = ""
+    ssh_authorized_keys: str = ""
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)
@@ -94,6 +102,17 @@ class ContainerSpec:
             raise ValueError("token must not be empty: JupyterLab would be open to anyone")
         if self.cpu_count <= 0 or self.memory_mb <= 0 or self.pids_limit <= 0:
             raise ValueError("cpu_count, memory_mb and pids_limit must be positive")
+        for port in self.published_ports:
+            if not (isinstance(port, int) and 1 <= port <= 65535):
+                raise ValueError(f"container ports must be 1–65535, not {port!r}")
+        if self.ssh_port and not (self.ssh_host_key and self.ssh_authorized_keys):
+            raise ValueError("an SSH port needs a host key and the gateway's public key")
+
+    @property
+    def published_ports(self) -> tuple[int, ...]:
+        """Every container port published on bind_address, JupyterLab's first."""
+        extra = [*self.http_ports, *([self.ssh_port] if self.ssh_port else [])]
+        return (self.container_port, *dict.fromkeys(p for p in extra if p != self.container_port))
 
     def fingerprint(self) -> str:
         """A short hash of the whole spec, to tell whether a running instance matches it."""
@@ -108,6 +127,8 @@ class Started:
     port: int
     # How long JupyterLab took to answer after the start: a measure, not part of the identity.
     ready_s: float | None = field(default=None, compare=False)
+    # Every published port: container port → host port (JupyterLab's included).
+    ports: dict[int, int] = field(default_factory=dict, compare=False)
 
 
 class Runtime(Protocol):

@@ -69,6 +69,11 @@ def container_environment(spec: ContainerSpec) -> dict[str, str]:
         env["HF_HOME"] = HF_CACHE_MOUNT
     # Set last so that a template's env can never override them.
     env["JUPYTER_TOKEN"] = spec.token
+    if spec.ssh_port:
+        # The image's entrypoint starts sshd with these (images/jupyter-cpu/start.sh).
+        env["GPURENTAL_SSH_PORT"] = str(spec.ssh_port)
+        env["GPURENTAL_SSH_HOST_KEY"] = spec.ssh_host_key
+        env["GPURENTAL_SSH_AUTHORIZED_KEYS"] = spec.ssh_authorized_keys
     if spec.gpu_source == "nvml":
         # CUDA images set NVIDIA_VISIBLE_DEVICES=all; on a host whose default
         # runtime is nvidia that would expose every GPU, so always name them
@@ -96,7 +101,8 @@ def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
         "hostname": f"gpurental-{spec.instance_id[:8]}",
         "labels": {**instance_labels(spec.instance_id, host_name), LABEL_SPEC: spec.fingerprint()},
         "environment": container_environment(spec),
-        "ports": {f"{spec.container_port}/tcp": (spec.bind_address,)},  # host port: any free
+        # Host ports: any free one, on the agent's bind address only (the gateway reaches it).
+        "ports": {f"{port}/tcp": (spec.bind_address,) for port in spec.published_ports},
         "mounts": mounts,
         "nano_cpus": int(spec.cpu_count * 1_000_000_000),
         "mem_limit": f"{spec.memory_mb}m",
@@ -310,14 +316,18 @@ class DockerRuntime:
         return container
 
     def _published(self, container: Container, spec: ContainerSpec) -> Started:
-        """Read back the host port Docker picked for JupyterLab."""
+        """Read back the host ports Docker picked, JupyterLab's and the others."""
         with _engine_errors("inspect the container"):
             container.reload()
-        bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{spec.container_port}/tcp")
-        if not bindings:
-            self._check_running(container, spec)
-            raise RuntimeFailure(f"Docker published no port for {spec.container_port}/tcp")
-        return Started(container.id, spec.bind_address, int(bindings[0]["HostPort"]))
+        published = container.attrs["NetworkSettings"]["Ports"] or {}
+        ports = {}
+        for port in spec.published_ports:
+            bindings = published.get(f"{port}/tcp")
+            if not bindings:
+                self._check_running(container, spec)
+                raise RuntimeFailure(f"Docker published no port for {port}/tcp")
+            ports[port] = int(bindings[0]["HostPort"])
+        return Started(container.id, spec.bind_address, ports[spec.container_port], ports=ports)
 
     def _check_running(self, container: Container, spec: ContainerSpec) -> None:
         with _engine_errors("inspect the container"):

@@ -108,7 +108,13 @@ class ProcessRuntime:
             state = None
         if state is None:
             state = self._launch(spec, progress)
-        started = Started(f"pid:{state['pid']}", spec.bind_address, state["port"])
+        # Only JupyterLab: a plain process has no sshd and no other declared ports.
+        started = Started(
+            f"pid:{state['pid']}",
+            spec.bind_address,
+            state["port"],
+            ports={spec.container_port: state["port"]},
+        )
         try:
             ready_s = wait_for_jupyter(
                 started.host,

@@ -14,6 +14,7 @@ from gpurental.accounts.models import User
 from gpurental.billing.services import metering, prepaid
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import Host
+from gpurental.gateway import sshkeys
 from gpurental.rentals import hostcalls, selectors
 from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
 from gpurental.rentals.models import Allocation, Instance, InstanceEvent, Reservation
@@ -95,7 +96,7 @@ def instance_launch(
             image=image,
             status=S.PENDING,
             status_changed_at=now,
-            jupyter_token=secrets.token_hex(24),
+            **run_secrets(image),
             mount_model_cache=mount_model_cache,
             idle_stop_minutes=plan.idle_stop_minutes
             if idle_stop_minutes is None
@@ -119,6 +120,15 @@ def instance_launch(
     return instance
 
 
+def run_secrets(image) -> dict:
+    """What a run keeps between the platform's gateways and its container, made anew at each
+    launch and start: the JupyterLab token (never shown to anyone) and the sshd host key."""
+    return {
+        "jupyter_token": secrets.token_hex(24),
+        "ssh_host_key": sshkeys.new_private_key() if image.ssh_port else "",
+    }
+
+
 def instance_launch_reserved(
     *, reservation: Reservation, host: Host, reason: str, now: datetime
 ) -> Instance:
@@ -134,7 +144,7 @@ def instance_launch_reserved(
         reservation=reservation,
         status=S.PENDING,
         status_changed_at=now,
-        jupyter_token=secrets.token_hex(24),
+        **run_secrets(reservation.image),
         idle_stop_minutes=0,  # paid for already: stopping it early saves nothing
         created_at=now,
     )
@@ -249,6 +259,8 @@ def instance_start(
             actor=actor,
             stopped_at=None,
             running_since=None,
+            # New secrets for each run: links and cookies of the last run die with it.
+            **run_secrets(instance.image),
         )
         _progress(instance, step="queued", reason="waiting for the host agent", now=now)
         hostcalls.start(instance)

@@ -48,11 +48,14 @@ def instance_report_running(
     port: int,
     container_id: str,
     ready_s: float | None = None,
+    ports: dict[str, int] | None = None,
     now: datetime | None = None,
 ) -> None:
     now = now or timezone.now()
     with transaction.atomic():
         instance = _lock(instance_id)
+        # An agent older than the gateway reports JupyterLab's port only.
+        ports = ports or {str(instance.image.port): port}
         if instance.status == S.RUNNING and instance.jupyter_port == port:
             return
         if instance.status not in LAUNCHING:
@@ -77,6 +80,7 @@ def instance_report_running(
             + ("" if ready_s is None else f", {ready_s:.1f} s after its container started"),
             now=now,
             jupyter_port=port,
+            ports=ports,
             container_id=container_id[:80],
             stopped_at=None,
             **billing,
