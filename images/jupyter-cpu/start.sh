@@ -1,0 +1,71 @@
+#!/bin/bash
+# Entrypoint of gpurental's instance images (run by tini as the container user, uid 1000).
+#
+# When the platform gives the container an sshd port (GPURENTAL_SSH_PORT), start sshd as
+# this user before JupyterLab. Only the platform's SSH gateway may log in: the one line in
+# authorized_keys is the gateway's client key; customers' keys never reach the host. The
+# host key is new at every run, and the gateway checks it against the platform's copy.
+#
+# sshd runs unprivileged (the container has no capabilities and no-new-privileges), so it
+# can only log in as its own user, jovyan, which is the point. Then exec "$@".
+set -euo pipefail
+
+start_sshd() {
+    local dir=/run/gpurental-ssh config
+    mkdir -p "$dir"
+    chmod 0700 "$dir"
+    umask 077
+    printf '%s\n' "$GPURENTAL_SSH_HOST_KEY" >"$dir/host_ed25519_key"
+    printf '%s\n' "$GPURENTAL_SSH_AUTHORIZED_KEYS" >"$dir/authorized_keys"
+    chmod 0600 "$dir/host_ed25519_key" "$dir/authorized_keys"
+    config="$dir/sshd_config"
+    {
+        echo "Port $GPURENTAL_SSH_PORT"
+        echo "HostKey $dir/host_ed25519_key"
+        echo "AuthorizedKeysFile $dir/authorized_keys"
+        echo "PidFile $dir/sshd.pid"
+        echo "AuthenticationMethods publickey"
+        echo "PubkeyAuthentication yes"
+        echo "PasswordAuthentication no"
+        echo "KbdInteractiveAuthentication no"
+        echo "PermitRootLogin no"
+        echo "AllowUsers $(id -un)"
+        echo "UsePAM no"
+        echo "AllowTcpForwarding yes"
+        echo "AllowAgentForwarding no"
+        echo "X11Forwarding no"
+        echo "PermitTunnel no"
+        echo "PermitUserEnvironment no"
+        echo "PrintMotd no"
+        echo "PrintLastLog no"
+        echo "Subsystem sftp internal-sftp"
+        echo "LogLevel INFO"
+        # sshd gives sessions a bare environment; pass on the container's own variables
+        # (PATH with the venv, GPU and cache settings), never the platform's secrets.
+        setenv_line
+    } >"$config"
+    unset GPURENTAL_SSH_HOST_KEY GPURENTAL_SSH_AUTHORIZED_KEYS GPURENTAL_SSH_PORT
+    # -D -e: stay a child of this process tree (tini reaps it) and log to the container's
+    # output, where `docker logs` shows it.
+    env -u JUPYTER_TOKEN /usr/sbin/sshd -D -e -f "$config" &
+}
+
+setenv_line() {
+    local name value line=""
+    while IFS= read -r name; do
+        case "$name" in
+            GPURENTAL_SSH_* | JUPYTER_TOKEN | HOSTNAME | HOME | USER | SHELL | PWD | SHLVL | _ | TERM) continue ;;
+        esac
+        value=${!name}
+        # Only values sshd_config can hold without quoting rules of its own.
+        [[ "$value" =~ ^[A-Za-z0-9_./:,=@+%-]*$ ]] || continue
+        line+=" $name=$value"
+    done < <(compgen -e)
+    if [ -n "$line" ]; then echo "SetEnv$line"; fi
+}
+
+if [ -n "${GPURENTAL_SSH_PORT:-}" ]; then
+    start_sshd
+fi
+unset GPURENTAL_SSH_HOST_KEY GPURENTAL_SSH_AUTHORIZED_KEYS GPURENTAL_SSH_PORT
+exec "$@"
