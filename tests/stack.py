@@ -75,7 +75,7 @@ def catalog(db):
         nvlink_bandwidth_gbs=0,
     )
     PlanFactory(gpu_model=model, gpu_count=1, vcpus=1, memory_gb=1, slug="a10g-x1")
-    return model, ImageTemplateFactory(image=JUPYTER_IMAGE)
+    return model, ImageTemplateFactory(image=JUPYTER_IMAGE, ssh_port=2222)
 
 
 def remove_leftovers(docker_client, host_name: str) -> None:

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 
 from gpurental.accounts.admin_mixins import AuditedAdmin, ReadOnlyAdmin
-from gpurental.accounts.models import ApiKey, AuditEvent, User
+from gpurental.accounts.models import ApiKey, AuditEvent, SSHKey, User
 
 
 @admin.register(User)
@@ -42,6 +42,18 @@ class ApiKeyAdmin(AuditedAdmin):
 
     def has_add_permission(self, request):
         # Keys are created by their owner (console, API, manage.py create_api_key): shown once.
+        return False
+
+
+@admin.register(SSHKey)
+class SSHKeyAdmin(AuditedAdmin):
+    list_display = ["name", "fingerprint", "algorithm", "user", "created_at", "last_used_at"]
+    search_fields = ["name", "fingerprint", "user__email"]
+    readonly_fields = ["public_key", "algorithm", "fingerprint", "created_at", "last_used_at"]
+    raw_id_fields = ["user"]
+
+    def has_add_permission(self, request):
+        # Keys are added by their owner (console, API, CLI), through the checks of ssh_key_add.
         return False
 
 

@@ -160,3 +160,31 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_repr or 'system'} {self.action} {self.object_repr}"
+
+
+class SSHKey(models.Model):
+    """A customer's SSH public key: the SSH gateway lets its holder into the customer's
+    running instances. Only the public half is ever given to the platform."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys"
+    )
+    name = models.CharField(max_length=100)
+    public_key = models.TextField(help_text="One OpenSSH line: algorithm and key, no comment")
+    algorithm = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=80, help_text="SHA256:… as ssh-keygen -l shows it")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "SSH key"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "fingerprint"], name="ssh_key_fingerprint_unique_per_user"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"

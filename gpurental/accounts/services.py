@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 
@@ -9,7 +10,15 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKey, ApiKeyScope, AuditEvent, User
+from gpurental.accounts.models import (
+    CUSTOMER_SCOPES,
+    ApiKey,
+    ApiKeyScope,
+    AuditEvent,
+    SSHKey,
+    User,
+)
+from gpurental.accounts.sshkeys import SSHKeyRefused, ssh_public_key_parse
 
 API_KEY_PREFIX = "gpr_"
 
@@ -139,6 +148,67 @@ def api_key_revoke(*, key: ApiKey, actor: User) -> ApiKey:
         audit_record(action="api_key.revoke", actor=actor, obj=key)
     key.refresh_from_db()
     return key
+
+
+# --- SSH keys -----------------------------------------------------------------------------
+
+SSH_KEYS_PER_USER = 50
+
+
+@transaction.atomic
+def ssh_key_add(
+    *, user: User, public_key: str, name: str = "", actor: User | None = None, now=None
+) -> SSHKey:
+    """Store one of ``user``'s SSH public keys (an OpenSSH ``authorized_keys`` line)."""
+    now = now or timezone.now()
+    actor = actor or user
+    parsed = ssh_public_key_parse(public_key)
+    name = (name.strip() or parsed.comment or parsed.algorithm)[:100]
+    # Lock the user's row: two adds at once must not both pass the count or the duplicate check.
+    User.objects.select_for_update().filter(pk=user.pk).first()
+    if SSHKey.objects.filter(user=user, fingerprint=parsed.fingerprint).exists():
+        raise SSHKeyRefused(
+            f"public_key: this key is already stored ({parsed.fingerprint})", field="public_key"
+        )
+    if SSHKey.objects.filter(user=user).count() >= SSH_KEYS_PER_USER:
+        raise SSHKeyRefused(
+            f"public_key: at most {SSH_KEYS_PER_USER} SSH keys per account; delete one first",
+            field="public_key",
+        )
+    key = SSHKey.objects.create(
+        user=user,
+        name=name,
+        public_key=parsed.line,
+        algorithm=parsed.algorithm,
+        fingerprint=parsed.fingerprint,
+        created_at=now,
+    )
+    audit_record(
+        action="ssh_key.create",
+        actor=actor,
+        obj=key,
+        changes={"fingerprint": key.fingerprint, "algorithm": key.algorithm},
+    )
+    return key
+
+
+def ssh_key_delete(*, key: SSHKey, actor: User) -> None:
+    """Forget a key; sessions it opened go on, new logins with it are refused."""
+    fingerprint, key_id = key.fingerprint, key.pk
+    deleted, _ = SSHKey.objects.filter(pk=key_id).delete()
+    if deleted:
+        key.pk = key_id  # delete() cleared it; the audit row names the key it was
+        audit_record(
+            action="ssh_key.delete", actor=actor, obj=key, changes={"fingerprint": fingerprint}
+        )
+
+
+def ssh_key_touch(*, key_id, now=None) -> None:
+    """Record a login with the key, at most once a minute (like API keys)."""
+    now = now or timezone.now()
+    SSHKey.objects.filter(pk=key_id).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - dt.timedelta(seconds=60))
+    ).update(last_used_at=now)
 
 
 def attempt_allowed(*, key: str, limit: int, window_s: int = 3600) -> bool:

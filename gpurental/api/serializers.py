@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.gateway.sshroutes import ssh_access
 from gpurental.rentals.models import (
     Instance,
     InstanceEvent,
@@ -149,6 +150,13 @@ class InstanceEventSerializer(serializers.ModelSerializer):
         fields = ["at", "kind", "from_status", "to_status", "step", "reason"]
 
 
+class SSHAccessSerializer(serializers.Serializer):
+    host = serializers.CharField(help_text="The SSH gateway's host")
+    port = serializers.IntegerField(help_text="The SSH gateway's port")
+    user = serializers.CharField(help_text="The instance id: the gateway's user name for it")
+    command = serializers.CharField(help_text="e.g. ssh -p 2222 <id>@gateway")
+
+
 class InstanceSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     plan = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -157,6 +165,10 @@ class InstanceSerializer(serializers.ModelSerializer):
     gpu_indices = serializers.SerializerMethodField(help_text="GPUs held now, on the host")
     jupyter_url = serializers.SerializerMethodField(
         help_text="JupyterLab, with its token: only for the owner, and only while running"
+    )
+    ssh = serializers.SerializerMethodField(
+        help_text="How to SSH in (through the SSH gateway, with your SSH keys): only while "
+        "running, and only for images with sshd; else null"
     )
 
     class Meta:
@@ -176,6 +188,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "running_since",
             "stopped_at",
             "jupyter_url",
+            "ssh",
             "idle_stop_minutes",
         ]
         extra_kwargs = {
@@ -192,6 +205,10 @@ class InstanceSerializer(serializers.ModelSerializer):
         if held is None:
             held = obj.allocations.filter(HELD).select_related("gpu")
         return sorted(a.gpu.index for a in held)
+
+    @extend_schema_field(SSHAccessSerializer(allow_null=True))
+    def get_ssh(self, obj: Instance) -> dict | None:
+        return ssh_access(obj)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_jupyter_url(self, obj: Instance) -> str | None:

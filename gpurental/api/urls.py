@@ -2,7 +2,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from gpurental.api import views, views_billing, views_reservations
+from gpurental.api import views, views_billing, views_reservations, views_sshkeys
 from gpurental.api.errors import not_found
 
 router = DefaultRouter()
@@ -12,6 +12,7 @@ router.register("plans", views.PlanViewSet, basename="plan")
 router.register("images", views.ImageViewSet, basename="image")
 router.register("instances", views.InstanceViewSet, basename="instance")
 router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
+router.register("ssh-keys", views_sshkeys.SSHKeyViewSet, basename="ssh-key")
 router.register("reservations", views_reservations.ReservationViewSet, basename="reservation")
 router.register("invoices", views_billing.InvoiceViewSet, basename="invoice")
 

@@ -101,6 +101,7 @@ IMAGES = [
         "name": "JupyterLab (Python 3.11)",
         "image": "gpurental/jupyter-cpu:latest",
         "description": "JupyterLab 4 on Debian 12, built locally by `make images`.",
+        "ssh_port": 2222,  # its entrypoint's sshd (images/jupyter-cpu/start.sh)
     },
     {
         "slug": "pytorch-2.1",

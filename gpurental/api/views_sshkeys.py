@@ -1,0 +1,77 @@
+"""SSH keys over the API. Each customer sees and deletes only their own keys; another's key
+is a 404 worded as if it did not exist."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from gpurental.accounts.models import SSHKey
+from gpurental.accounts.services import ssh_key_add, ssh_key_delete
+from gpurental.accounts.sshkeys import SSHKeyRefused
+from gpurental.api import serializers_sshkeys as s
+from gpurental.api.idempotency import idempotent
+from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
+
+
+@extend_schema(tags=["account"])
+class SSHKeyViewSet(
+    LookupMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Your SSH public keys: `ssh <instance id>@<SSH gateway>` lets in any of them."""
+
+    scope_area = "account"
+
+    noun = "SSH key"
+    serializer_class = s.SSHKeySerializer
+    lookup_value_regex = UUID_RE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return SSHKey.objects.none()
+        return SSHKey.objects.filter(user=self.request.user)
+
+    @extend_schema(
+        summary="Add an SSH public key",
+        request=s.SSHKeyCreateSerializer,
+        responses={201: s.SSHKeySerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        examples=[
+            OpenApiExample(
+                "An Ed25519 key",
+                value={
+                    "name": "laptop",
+                    "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGPe4gxyqOrnYdJ5i9kYY0x19"
+                    "TrxcqFnIReSuT5htZmO me@laptop",
+                },
+                request_only=True,
+            ),
+        ],
+    )
+    @idempotent
+    def create(self, request, *args, **kwargs):
+        form = s.SSHKeyCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            key = ssh_key_add(
+                user=request.user,
+                public_key=form.validated_data["public_key"],
+                name=form.validated_data["name"],
+            )
+        except SSHKeyRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        return Response(s.SSHKeySerializer(key).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Delete an SSH key (new logins with it are refused)",
+        responses={204: OpenApiResponse(description="Deleted")},
+    )
+    def destroy(self, request, *args, **kwargs):
+        ssh_key_delete(key=self.get_object(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

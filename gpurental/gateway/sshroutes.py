@@ -1,0 +1,80 @@
+"""Who the SSH gateway lets in, and where it takes them (the Django side of ``sshd``).
+
+- ``ssh_access``: the command a customer types for an instance, or None when there is no
+  SSH to it now. The console's instance page, the API and the CLI all show this one.
+- ``ssh_login``: the decision at login: the instance (its id is the SSH user name) must be
+  running, its image must have sshd, and the key must be one of its owner's. Anything
+  else is one and the same refusal, so that no answer tells which instances exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from gpurental.accounts.models import SSHKey
+from gpurental.accounts.services import ssh_key_touch
+from gpurental.gateway import sshkeys
+from gpurental.rentals.models import Instance, InstanceStatus
+
+# The user inside instance images (images/README.md); their sshd can log in no one else.
+CONTAINER_USER = "jovyan"
+
+
+def ssh_access(instance: Instance) -> dict | None:
+    """``{"host", "port", "user", "command"}`` while the instance runs with sshd, else None."""
+    if instance.status != InstanceStatus.RUNNING or not instance.image.ssh_port:
+        return None
+    host, port, user = settings.SSH_GATEWAY_HOST, settings.SSH_GATEWAY_PORT, str(instance.pk)
+    return {
+        "host": host,
+        "port": port,
+        "user": user,
+        "command": f"ssh -p {port} {user}@{host}",
+    }
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an accepted login goes: the container's sshd, published on its host."""
+
+    instance_id: str
+    user_email: str
+    key_id: uuid.UUID
+    key_fingerprint: str
+    address: str
+    port: int
+    host_public_key: str  # this run's sshd host key, the only one to trust
+
+
+def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
+    """The upstream for this user name and key, or None (refused, whatever the reason)."""
+    try:
+        pk = uuid.UUID(instance_id)
+    except ValueError:
+        return None
+    instance = (
+        Instance.objects.select_related("image", "host", "user")
+        .filter(pk=pk, status=InstanceStatus.RUNNING, user__is_active=True)
+        .first()
+    )
+    if instance is None or instance.host is None or not instance.image.ssh_port:
+        return None
+    port = (instance.ports or {}).get(str(instance.image.ssh_port))
+    if not port or not instance.ssh_host_key:
+        return None
+    key = SSHKey.objects.filter(user_id=instance.user_id, public_key=public_key_line).first()
+    if key is None:
+        return None
+    ssh_key_touch(key_id=key.pk)
+    return Upstream(
+        instance_id=str(instance.pk),
+        user_email=instance.user.email,
+        key_id=key.pk,
+        key_fingerprint=key.fingerprint,
+        address=instance.host.address,
+        port=int(port),
+        host_public_key=sshkeys.public_key_of(instance.ssh_host_key),
+    )
