@@ -142,7 +142,81 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def web_server(agent, tmp_path):
+def gateway_port(settings):
+    """The gateway's port, for the links the platform makes (in this process and in the
+    web process)."""
+    port = _free_port()
+    settings.GATEWAY_PORT = port
+    settings.GATEWAY_SCHEME = "http"  # plain http on loopback, as in the demo
+    return port
+
+
+def _serve(argv: list[str], env: dict, log_path, health_url: str, what: str):
+    """Start a platform process and wait until ``health_url`` answers 200."""
+    import subprocess
+
+    import requests
+
+    log = open(log_path, "wb")  # noqa: SIM115 - closed by the caller's stop()
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited with {proc.returncode}: see {log_path}")
+        try:
+            return requests.get(health_url, timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop():
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+    try:
+        wait_for(up, 60, f"{what} to serve {health_url}")
+    except BaseException:
+        stop()
+        raise
+    return proc, stop
+
+
+@pytest.fixture
+def gateway(agent, gateway_port, tmp_path):
+    """The real instance gateway process on the test database: instances answer at
+    ``http://<id>.gw.localhost:<gateway_port>/``. Yields its base URL on 127.0.0.1."""
+    import os
+    import sys
+
+    from django.db import connection
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "REDIS_URL": django_settings.REDIS_URL,
+        "GATEWAY_PORT": str(gateway_port),
+        "GATEWAY_SCHEME": "http",
+    }
+    base = f"http://127.0.0.1:{gateway_port}"
+    proc, stop = _serve(
+        [sys.executable, "-m", "gpurental.gateway", "--port", str(gateway_port)],
+        env,
+        tmp_path / "gateway.log",
+        f"{base}/healthz",
+        "the gateway",
+    )
+    proc.log_path = tmp_path / "gateway.log"
+    try:
+        yield base
+    finally:
+        stop()
+
+
+@pytest.fixture
+def web_server(agent, gateway_port, tmp_path):
     """The real web process (Daphne: HTTP and websockets) on the test database."""
     import os
     import subprocess
@@ -157,6 +231,8 @@ def web_server(agent, tmp_path):
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": django_settings.REDIS_URL,
         "SECURE_COOKIES": "0",  # plain http on 127.0.0.1
+        "GATEWAY_PORT": str(gateway_port),
+        "GATEWAY_SCHEME": "http",
         # Mail to files the tests can read (sign-up confirmations, notices).
         "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
         "EMAIL_FILE_PATH": str(tmp_path / "mail"),

@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.gateway import routes
 from gpurental.gateway.sshroutes import ssh_access
 from gpurental.rentals.models import (
     Instance,
@@ -164,7 +165,8 @@ class InstanceSerializer(serializers.ModelSerializer):
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpu_indices = serializers.SerializerMethodField(help_text="GPUs held now, on the host")
     jupyter_url = serializers.SerializerMethodField(
-        help_text="JupyterLab, with its token: only for the owner, and only while running"
+        help_text="JupyterLab at the instance's own origin (no token): only for the owner, "
+        "only while running; log in there with a link from connect"
     )
     ssh = serializers.SerializerMethodField(
         help_text="How to SSH in (through the SSH gateway, with your SSH keys): only while "
@@ -214,14 +216,30 @@ class InstanceSerializer(serializers.ModelSerializer):
     def get_jupyter_url(self, obj: Instance) -> str | None:
         request = self.context.get("request")
         is_owner = request is not None and request.user.pk == obj.user_id
-        if not is_owner or obj.status != InstanceStatus.RUNNING:
+        if not is_owner or obj.status != InstanceStatus.RUNNING or not obj.jupyter_port:
             return None
-        if obj.host is None or not obj.jupyter_port or not obj.jupyter_token:
-            return None
-        address = obj.host.address
-        if ":" in address and not address.startswith("["):
-            address = f"[{address}]"  # IPv6
-        return f"http://{address}:{obj.jupyter_port}/lab?token={obj.jupyter_token}"
+        # The instance's own origin, through the gateway: it answers once the holder has
+        # logged in there with a link from connect (POST .../connect/). No token in it.
+        return f"{routes.origin(obj.pk)}/lab"
+
+
+class ConnectRequestSerializer(serializers.Serializer):
+    port = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=65535,
+        help_text="Another HTTP port the image declares; leave out for JupyterLab",
+    )
+
+
+class ConnectLinkSerializer(serializers.Serializer):
+    url = serializers.CharField(
+        help_text="Logs its holder in once at the instance's origin, then opens it; "
+        "expires at expires_at"
+    )
+    expires_at = serializers.DateTimeField()
+    origin = serializers.CharField(help_text="The instance's own origin through the gateway")
 
 
 class InstanceUsageSerializer(serializers.Serializer):

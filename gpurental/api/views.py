@@ -32,6 +32,7 @@ from gpurental.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from gpurental.api.idempotency import KEY_PATTERN, idempotent
 from gpurental.billing.selectors import balance_status
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.gateway import routes, tickets
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.events import wait_for_status, wait_slot
 from gpurental.rentals.models import Allocation, Instance
@@ -271,6 +272,30 @@ class InstanceViewSet(
     @idempotent
     def restart(self, request, pk=None):
         return self._detail(instance_restart(instance=self.get_object(), actor=request.user))
+
+    @extend_schema(
+        summary="A one-time link that logs you in at the instance's origin (JupyterLab)",
+        request=s.ConnectRequestSerializer,
+        responses={201: s.ConnectLinkSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def connect(self, request, pk=None):
+        instance = self.get_object()
+        if instance.user_id != request.user.pk:
+            # Staff see every instance, but only its owner gets in.
+            raise NotFound("No such instance.")
+        form = s.ConnectRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        port = form.validated_data.get("port")
+        ticket = tickets.connect(user=request.user, instance=instance, port=port)
+        return Response(
+            {
+                "url": ticket.url,
+                "expires_at": ticket.expires_at,
+                "origin": routes.origin(instance.pk, port),
+            },
+            status=status.HTTP_201_CREATED,
+        )
 
     @extend_schema(
         summary="Set the idle auto-stop policy (0 turns it off)",

@@ -184,6 +184,16 @@ class Client:
         body = {"idle_stop_minutes": minutes}
         return self._instance(self._request("POST", path, json_body=body))
 
+    def connect(self, instance_id: Any, port: int | None = None) -> dict[str, Any]:
+        """A one-time link into a running instance you own: ``{"url", "expires_at",
+        "origin"}``. The url logs its holder in at the instance's origin, once."""
+        body = {"port": port} if port is not None else {}
+        path = f"instances/{self._quote(instance_id)}/connect/"
+        data = self._request("POST", path, json_body=body)
+        if not isinstance(data, dict) or not data.get("url"):
+            raise GpuRentalError(f"the server at {self.base_url} sent no link")
+        return data
+
     def stop(self, instance_id: Any) -> Instance:
         return self._instance(self._action(instance_id, "stop"))
 

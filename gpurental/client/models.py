@@ -239,16 +239,13 @@ class Instance(_Bound):
         timeout: float = 600,
         poll: float = 1.0,
         on_progress: Callable[[Instance], None] | None = None,
+        port: int | None = None,
     ) -> str:
-        """Wait until the instance runs and return its JupyterLab URL."""
+        """Wait until the instance runs and return a link into it: it logs its holder in
+        once at the instance's own origin (JupyterLab, or another HTTP ``port`` its image
+        declares) and expires within a minute. Ask again for a new one."""
         self.wait_until("running", timeout=timeout, poll=poll, on_progress=on_progress)
-        if not self.jupyter_url:
-            # The API shows the URL to the instance's owner only.
-            raise GpuRentalError(
-                f"instance {self.id} is running but the server sent no JupyterLab URL "
-                "(only the instance's owner sees it)"
-            )
-        return self.jupyter_url
+        return self.client.connect(self.id, port=port)["url"]
 
 
 def _decimal(value: Any) -> Decimal | None:

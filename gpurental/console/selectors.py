@@ -14,6 +14,7 @@ from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import balance_of, instance_cost, month_spend
 from gpurental.catalog.models import GPUModel, Plan
 from gpurental.fleet.models import GPU, Host
+from gpurental.gateway import routes
 from gpurental.rentals.models import (
     Allocation,
     Instance,
@@ -43,12 +44,6 @@ LIVE = (
 )
 
 
-def jupyter_url(instance: Instance) -> str:
-    return (
-        f"http://{instance.host.address}:{instance.jupyter_port}/lab?token={instance.jupyter_token}"
-    )
-
-
 def dashboard_context(*, user) -> dict:
     now = timezone.now()
     instances = list(
@@ -73,6 +68,8 @@ def instance_context(*, instance: Instance, viewer) -> dict:
     return {
         "instance": instance,
         "is_owner": is_owner,
+        "gateway_origin": routes.origin(instance.pk),
+        "http_ports": list(instance.image.http_ports or []),
         "gpus": instance_gpus(instance),
         "events": instance.events.select_related("actor").order_by("created_at", "id"),
         "cost": instance_cost(instance=instance, now=now),

@@ -40,8 +40,8 @@ from gpurental.console import selectors
 from gpurental.console.forms import ApiKeyForm, LaunchForm, MonthForm, ReservationForm, SignupForm
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.fleet.services import host_set_status
+from gpurental.gateway import tickets
 from gpurental.rentals.exceptions import RentalError
-from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.selectors import instance_visible_to, reservations_visible_to
 from gpurental.rentals.services import lifecycle, reservations
 
@@ -182,16 +182,26 @@ def instance_idle_policy(request, instance_id):
 
 @login_required
 def instance_open(request, instance_id):
-    """One click to JupyterLab: only the owner, only while it runs."""
+    """One click to JupyterLab (or another HTTP port the image declares, ``?port=``): only
+    the owner, only while it runs, through the gateway with a one-time ticket."""
     instance = _own_or_404(request, instance_id)
     if instance.user_id != request.user.pk:
         raise Http404("No such instance.")
-    if instance.status != InstanceStatus.RUNNING or not instance.jupyter_port:
-        messages.error(
-            request, f"JupyterLab opens once the instance is running; it is {instance.status}."
-        )
+    port = request.GET.get("port", "")
+    if port and not port.isdigit():
+        messages.error(request, f"port: {port!r} is not a port number.")
         return redirect("instance", instance_id=instance.pk)
-    return HttpResponseRedirect(selectors.jupyter_url(instance))
+    try:
+        ticket = tickets.connect(
+            user=request.user, instance=instance, port=int(port) if port else None
+        )
+    except RentalError as exc:
+        messages.error(request, exc.message)
+        return redirect("instance", instance_id=instance.pk)
+    response = HttpResponseRedirect(ticket.url)
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
 
 
 @login_required

@@ -20,7 +20,7 @@ from gpurental.client.cli.output import (
     table,
     warn,
 )
-from gpurental.client.errors import InvalidState, PermissionDenied, Timeout
+from gpurental.client.errors import InvalidState, Timeout
 from gpurental.client.models import STATUSES
 
 
@@ -152,23 +152,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_open(args: argparse.Namespace) -> int:
     with logged_in_client() as client:
         instance = client.get_instance(args.id)
-    if instance.status != "running":
-        hint = (
-            f"; start it with `gpurental start {instance.id}`"
-            if instance.status == "stopped"
-            else ""
-        )
-        raise InvalidState(
-            f"instance {instance.id} is {instance.status}, not running{hint}", code="invalid_state"
-        )
-    if not instance.jupyter_url:
-        raise PermissionDenied(f"only the owner of instance {instance.id} sees its JupyterLab URL")
+        if instance.status != "running":
+            hint = (
+                f"; start it with `gpurental start {instance.id}`"
+                if instance.status == "stopped"
+                else ""
+            )
+            raise InvalidState(
+                f"instance {instance.id} is {instance.status}, not running{hint}",
+                code="invalid_state",
+            )
+        link = client.connect(instance.id, port=getattr(args, "port", None))
     if args.json:
-        print_json({"id": instance.id, "jupyter_url": instance.jupyter_url})
+        print_json({"id": instance.id, **link})
         return OK
-    say(instance.jupyter_url)
+    say(link["url"])
     if not args.print:
-        webbrowser.open(instance.jupyter_url)
+        webbrowser.open(link["url"])
+    else:
+        say(f"(logs its holder in once; expires {link['expires_at']})")
     return OK
 
 
@@ -252,9 +254,14 @@ def add_commands(command: AddCommand) -> None:
     p = command("ls", cmd_ls, "list your instances")
     p.add_argument("--status", choices=STATUSES)
 
-    p = command("open", cmd_open, "print an instance's JupyterLab URL and open a browser")
+    p = command(
+        "open",
+        cmd_open,
+        "open an instance's JupyterLab in a browser (a one-time link that logs you in)",
+    )
     p.add_argument("id")
-    p.add_argument("--print", action="store_true", help="only print the URL (so does --json)")
+    p.add_argument("--print", action="store_true", help="only print the link (so does --json)")
+    p.add_argument("--port", type=int, help="another HTTP port the image declares")
 
     for name, text in (
         ("stop", "stop an instance (its /workspace is kept)"),
