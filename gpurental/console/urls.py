@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from gpurental.console import views
+from gpurental.console import views, views_sshkeys
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -46,6 +46,10 @@ urlpatterns = [
     ),
     path("keys/", views.api_keys, name="api_keys"),
     path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
+    path("ssh-keys/", views_sshkeys.ssh_keys, name="ssh_keys"),
+    path(
+        "ssh-keys/<uuid:key_id>/delete/", views_sshkeys.ssh_key_delete_view, name="ssh_key_delete"
+    ),
     path("reservations/", views.reservation_list, name="reservations"),
     path("reservations/quote/", views.reservation_quote, name="reservation_quote"),
     path("reservations/<uuid:reservation_id>/", views.reservation_detail, name="reservation"),

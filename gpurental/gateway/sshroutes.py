@@ -1,7 +1,7 @@
 """Who the SSH gateway lets in, and where it takes them (the Django side of ``sshd``).
 
 - ``ssh_access``: the command a customer types for an instance, or None when there is no
-  SSH to it now. The console's instance page, the API and the CLI all show this one.
+  SSH to it now (``ssh_endpoint``: the same whatever the state, for pages that update live). The console's instance page, the API and the CLI all show this one.
 - ``ssh_login``: the decision at login: the instance (its id is the SSH user name) must be
   running, its image must have sshd, and the key must be one of its owner's. Anything
   else is one and the same refusal, so that no answer tells which instances exist.
@@ -25,7 +25,14 @@ CONTAINER_USER = "jovyan"
 
 def ssh_access(instance: Instance) -> dict | None:
     """``{"host", "port", "user", "command"}`` while the instance runs with sshd, else None."""
-    if instance.status != InstanceStatus.RUNNING or not instance.image.ssh_port:
+    if instance.status != InstanceStatus.RUNNING:
+        return None
+    return ssh_endpoint(instance)
+
+
+def ssh_endpoint(instance: Instance) -> dict | None:
+    """The same, whatever the instance's state: None only when its image has no sshd."""
+    if not instance.image.ssh_port:
         return None
     host, port, user = settings.SSH_GATEWAY_HOST, settings.SSH_GATEWAY_PORT, str(instance.pk)
     return {
