@@ -37,6 +37,7 @@ from gpurental.client.errors import (
     ValidationError,
 )
 from gpurental.client.models import Instance, Reservation
+from gpurental.client.sshkeys import SSHKeys
 
 USER_AGENT = f"gpurental-client/{__version__}"
 # Answers that mean "try again shortly": a proxy or the server is restarting or busy.
@@ -101,6 +102,11 @@ class Client:
         self._sleep = sleep or _sleep
         self._clock = clock or time.monotonic
         self._long_poll: bool | None = None  # does the server long-poll? None: not asked yet
+
+    @property
+    def ssh_keys(self) -> SSHKeys:
+        """Your SSH public keys: ``.list()``, ``.get(id)``, ``.add(line or Path)``, ``.delete(id)``."""
+        return SSHKeys(self)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"

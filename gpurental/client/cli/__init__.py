@@ -10,6 +10,8 @@
     gpurental stop ID | start ID | restart ID
     gpurental terminate ID [--yes]
     gpurental idle-stop ID MINUTES|off
+    gpurental ssh ID [--print] [-- SSH ARGS…]
+    gpurental ssh-keys [list] | ssh-keys add FILE [--name NAME] | ssh-keys delete ID
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]
     gpurental reservations
     gpurental cancel-reservation ID [--yes]
@@ -47,7 +49,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpurental import __version__
-from gpurental.client.cli import account, billing, instances, reservations
+from gpurental.client.cli import account, billing, instances, reservations, ssh
 from gpurental.client.cli.args import Handler
 from gpurental.client.cli.exit_codes import (
     AUTH,
@@ -124,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # In this order in `gpurental --help`.
-    for group in (account, instances, reservations, billing):
+    for group in (account, instances, ssh, reservations, billing):
         group.add_commands(command)
     return parser
 
