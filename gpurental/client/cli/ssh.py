@@ -70,6 +70,16 @@ def ssh_argv(access: dict, extra: list[str]) -> list[str]:
     return ["ssh", "-p", str(access["port"]), *extra, f"{access['user']}@{access['host']}"]
 
 
+def _own_flags(args: argparse.Namespace) -> list[str]:
+    """Take --print/--json given after the id; the rest (after --) is for ssh."""
+    rest = list(args.ssh_args)
+    while rest and rest[0] in ("--print", "--json"):
+        setattr(args, rest.pop(0).lstrip("-"), True)
+    if rest and rest[0] == "--":
+        rest.pop(0)
+    return rest
+
+
 def cmd_ssh(args: argparse.Namespace) -> int:
     with logged_in_client() as client:
         instance = client.get_instance(args.id)
@@ -80,7 +90,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
             + ("" if instance.status != "running" else ", and its image has no sshd")
         )
         return INVALID_STATE
-    argv = ssh_argv(access, list(args.ssh_args))
+    argv = ssh_argv(access, _own_flags(args))
     if args.json:
         print_json({"argv": argv, **access})
         return OK
@@ -104,11 +114,9 @@ def add_commands(command: AddCommand) -> None:
     p.add_argument(
         "--print", action="store_true", help="print the ssh command instead of running it"
     )
-    p.add_argument(
-        "ssh_args",
-        nargs="*",
-        help="more arguments for ssh, after -- (e.g. -- -L 8888:localhost:8888)",
-    )
+    # REMAINDER: everything after the id goes to ssh (after an optional --), except our own
+    # flags right after the id (argparse cannot mix them with a trailing list by itself).
+    p.add_argument("ssh_args", nargs=argparse.REMAINDER, help="-- then more arguments for ssh")
 
     keys = command("ssh-keys", cmd_ssh_keys_list, "your SSH public keys: list, add FILE, delete ID")
     sub = keys.add_subparsers(dest="ssh_keys_command", metavar="list|add|delete")
