@@ -44,6 +44,7 @@ bench-smoke: install
 	$(BIN)/python bench/invoicing.py --smoke
 	$(BIN)/python bench/telemetry.py --smoke
 	$(BIN)/python bench/launch.py --smoke
+	$(BIN)/python bench/gateway.py --smoke
 	$(BIN)/python bench/placement.py --smoke
 	$(BIN)/python bench/api.py --smoke
 	$(BIN)/python bench/fleet.py --smoke

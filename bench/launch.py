@@ -3,23 +3,31 @@
     .venv/bin/python bench/launch.py [--pairs 10]
 
 Needs a Docker Engine (scripts/docker-engine.sh) and the image (make images). Starts its
-own embedded PostgreSQL and Redis in a temp dir, the real web process (Daphne), a real
-control worker (Celery, as the Procfile runs it) and a real host agent (process). Then,
-in rounds, for each path it runs one *pair*: a platform launch and a direct
-``docker run`` of the same image, environment and limits, in alternating order. Each
-run is timed from the first call until the bench's own GET of JupyterLab's
-``/api/status`` with the token answers 200. The paths:
+own embedded PostgreSQL and Redis in a temp dir, the real web process (Daphne), the real
+instance gateway (``python -m gpurental.gateway``), a real control worker (Celery, as the
+Procfile runs it) and a real host agent (process). Then, in rounds, for each path it
+runs one *pair*: a platform launch and a direct ``docker run`` of the same image,
+environment and limits, in alternating order.
+
+A platform launch is timed as a customer lives it since the gateway: from the first
+call, through the one-time link the platform hands out and its exchange for the
+gateway's cookie (``/_gw/enter``), until the bench's GET of JupyterLab's ``/api/status``
+*through the gateway* answers 200. So the platform paths include the gateway hop and
+the ticket exchange; the direct run is timed until ``/api/status`` with the token
+answers 200 on its published port. The paths:
 
 - ``service``: ``instance_launch`` in-process, then ``wait_for_status`` (the instance's Redis
-  state channel, what the long-poll waits on) for ``running``;
-- ``rest``: ``POST /api/v1/instances/`` then ``GET …/{id}/?wait_for=running&timeout=60``;
+  state channel, what the long-poll waits on) for ``running``, then ``tickets.connect``
+  (what the console's Open JupyterLab does);
+- ``rest``: ``POST /api/v1/instances/``, ``GET …/{id}/?wait_for=running&timeout=60``, then
+  ``POST …/{id}/connect/``;
 - ``sdk``: the article's snippet as written (``Client(...).create_instance(...)``, then
-  ``instance.connect()``).
+  ``instance.connect()``, which waits for ``running`` and returns the link).
 
 The direct run waits with the agent's own readiness check (``wait_for_jupyter``: same
 probes, same schedule). Prints, per path, p50 of each side and the median of the
 per-pair ratios platform/direct, and where the platform's time goes (from the
-instance's events).
+instance's events), and how long the link took to become a JupyterLab answer.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import uuid
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -115,15 +124,20 @@ class Platform:
         )
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        # The gateway listens where the platform's links point (settings, from the env
+        # that gateway_env() made before Django was set up).
+        self.gateway_port = settings.GATEWAY_PORT
+        self.gateway_url = f"http://127.0.0.1:{self.gateway_port}"
+        self.gateway_proc: subprocess.Popen | None = None
         self.session = session_key(self.user)
         self.console_delays: list[float] = []
 
-    def _spawn(self, name: str, *argv: str) -> None:
+    def _spawn(self, name: str, *argv: str) -> subprocess.Popen:
         log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
         env = {**os.environ, "SECURE_COOKIES": "0", "LOG_LEVEL": "WARNING"}
-        self.procs.append(
-            subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        )
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.procs.append(proc)
+        return proc
 
     def start(self) -> None:
         import requests
@@ -134,6 +148,9 @@ class Platform:
         py = sys.executable
         self._spawn("daphne", py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                     "gpurental.asgi:application")  # fmt: skip
+        self.gateway_proc = self._spawn(
+            "gateway", py, "-m", "gpurental.gateway", "--port", str(self.gateway_port)
+        )
         # As the Procfile runs it: the control queue, two processes.
         self._spawn("worker", py, "-m", "celery", "-A", "gpurental.celery_app", "worker",
                     "-Q", "control", "-c", "2", "-n", "control@bench", "-l", "WARNING")  # fmt: skip
@@ -145,7 +162,15 @@ class Platform:
             except requests.RequestException:
                 return False
 
+        def gateway_up() -> bool:
+            check(self.gateway_proc.poll() is None, "the gateway exited: see gateway.log")
+            try:
+                return requests.get(f"{self.gateway_url}/healthz", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
         wait_for(web_up, 60, "Daphne to serve /healthz")
+        wait_for(gateway_up, 60, "the gateway to serve /healthz")
         gpus = Host.objects.filter(pk=self.host.pk, gpus__isnull=False)
         wait_for(lambda: gpus.count() == 2, 60, "the agent's first heartbeat", self.agent)
 
@@ -161,14 +186,17 @@ class Platform:
 
     # --- the three paths: each returns (seconds, instance id) -------------
 
-    def launch(self, path: str) -> tuple[float, str, float]:
-        """Seconds until the customer's JupyterLab answered, the instance, and when (epoch
-        seconds) the caller learned that it runs."""
+    def launch(self, path: str) -> tuple[float, str, float, float]:
+        """Seconds until the customer's JupyterLab answered through the gateway, the
+        instance, when (epoch seconds) the caller learned that it runs, and the seconds from
+        the link in hand to that answer."""
         started = time.perf_counter()
-        url, instance_id = getattr(self, f"_{path}")()
+        link, instance_id = getattr(self, f"_{path}")()
         learned_at = time.time()
-        answer_with_token(url)
-        return time.perf_counter() - started, instance_id, learned_at
+        linked = time.perf_counter()
+        answer_through_gateway(self.gateway_url, link)
+        done = time.perf_counter()
+        return done - started, instance_id, learned_at, done - linked
 
     def _service(self) -> tuple[str, str]:
         from gpurental.rentals.events import wait_for_status
@@ -187,10 +215,11 @@ class Platform:
         console.join(30)
         check(console.delay is not None, f"the console never showed {instance.pk} running")
         self.console_delays.append(console.delay)
-        from gpurental.console.selectors import jupyter_url
+        from gpurental.gateway import tickets
 
         instance.refresh_from_db()
-        return jupyter_url(instance), str(instance.pk)
+        # What the console's Open JupyterLab does: a one-time link for the owner.
+        return tickets.connect(user=self.user, instance=instance).url, str(instance.pk)
 
     def _rest(self) -> tuple[str, str]:
         import requests
@@ -212,7 +241,11 @@ class Platform:
         )
         body = answer.json()
         check(body.get("status") == "running", f"instance {instance_id}: {body}")
-        return body["jupyter_url"], instance_id
+        answer = requests.post(
+            f"{self.base_url}/api/v1/instances/{instance_id}/connect/", headers=headers, timeout=30
+        )
+        check(answer.status_code == 201, f"connect answered {answer.status_code}: {answer.text}")
+        return answer.json()["url"], instance_id
 
     def _sdk(self) -> tuple[str, str]:
         # The article's snippet, as written.
@@ -222,7 +255,7 @@ class Platform:
         instance = client.create_instance(
             gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface"
         )
-        url = instance.connect()  # waits until running, returns the JupyterLab URL
+        url = instance.connect()  # waits until running, returns a one-time link into it
         return url, str(instance.id)
 
     def steps(self, instance_id: str) -> dict[str, float]:
@@ -276,6 +309,43 @@ class ConsoleWatcher(threading.Thread):
             ws.close()
 
 
+def gateway_enter(gateway_url: str, link: str) -> tuple[str, str]:
+    """Follow a one-time link as a browser would (to the gateway on loopback, with the
+    link's Host): ``(Host header, Cookie header)`` of the session it opens."""
+    import requests
+
+    parts = urlsplit(link)
+    answer = requests.get(
+        f"{gateway_url}{parts.path}?{parts.query}",
+        headers={"Host": parts.netloc},
+        allow_redirects=False,
+        timeout=10,
+    )
+    check(
+        answer.status_code == 302 and "Set-Cookie" in answer.headers,
+        f"the link answered {answer.status_code}, not 302 with a cookie: {answer.text[:200]}",
+    )
+    return parts.netloc, answer.headers["Set-Cookie"].split(";", 1)[0]
+
+
+def answer_through_gateway(gateway_url: str, link: str) -> None:
+    """The customer's first requests: the link, then JupyterLab's /api/status through the
+    gateway with the cookie it set, until 200."""
+    import requests
+
+    host, cookie = gateway_enter(gateway_url, link)
+    headers = {"Host": host, "Cookie": cookie}
+    deadline = time.monotonic() + 30
+    while (
+        answer := requests.get(f"{gateway_url}/api/status", headers=headers, timeout=5)
+    ).status_code != 200:
+        check(
+            time.monotonic() < deadline,
+            f"/api/status at {host} answered {answer.status_code} for 30 s through the gateway",
+        )
+        time.sleep(0.01)
+
+
 def answer_with_token(url: str) -> None:
     """The customer's first request: JupyterLab's /api/status with the token, until 200."""
     import requests
@@ -326,12 +396,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def gateway_env() -> dict[str, str]:
+    """The settings that make the platform's links point at the bench's gateway: plain
+    http on a free loopback port (``<id>.gw.localhost:<port>``, as in the demo)."""
+    return {"GATEWAY_PORT": str(free_port()), "GATEWAY_SCHEME": "http"}
+
+
 def run_pairs(platform: Platform, pairs: int) -> dict[str, dict]:
     import docker
 
     client = docker.from_env()
     results = {
-        path: {"platform": [], "direct": [], "ratios": [], "steps": [], "heard": []}
+        path: {"platform": [], "direct": [], "ratios": [], "steps": [], "heard": [], "entered": []}
         for path in PATHS
     }
     for path in PATHS:  # warm-up: one of each, not counted
@@ -343,7 +419,7 @@ def run_pairs(platform: Platform, pairs: int) -> dict[str, dict]:
             platform_first = (round_ + n) % 2 == 0  # alternate which side goes first
             if not platform_first:
                 direct = direct_run(client)
-            elapsed, instance_id, learned_at = platform.launch(path)
+            elapsed, instance_id, learned_at, entered = platform.launch(path)
             if platform_first:
                 direct = direct_run(client)
             result = results[path]
@@ -353,6 +429,7 @@ def run_pairs(platform: Platform, pairs: int) -> dict[str, dict]:
             steps = platform.steps(instance_id)
             result["steps"].append(steps)
             result["heard"].append(learned_at - steps["running_at"])
+            result["entered"].append(entered)
             platform.terminate(instance_id)
             print(
                 f"  pair {round_ + 1:2} {path:8} platform {elapsed:6.3f} s  direct {direct:6.3f} s"
@@ -391,6 +468,10 @@ def report(results: dict[str, dict], pairs: int, console_delays: list[float]) ->
             f"  console  {statistics.median(console_delays):.3f}  {max(console_delays):.3f}"
             "  (its websocket, open beside each service launch)"
         )
+    print()
+    print("the link in hand → JupyterLab's answer through the gateway (median, max seconds):")
+    for path, r in results.items():
+        print(f"  {path:8} {statistics.median(r['entered']):.3f}  {max(r['entered']):.3f}")
     # Sane, not fast: every pair ran, each launch answered in a time a launch can take.
     everything = [t for r in results.values() for t in r["platform"] + r["direct"]]
     sane = (
@@ -419,7 +500,7 @@ def main() -> int:
 
     platform = None
     try:
-        setup_django(work / "var")
+        setup_django(work / "var", **gateway_env())
         print(
             f"launch benchmark: {args.pairs} interleaved pairs per path (+1 warm-up each), "
             f"image {IMAGE}, {os.cpu_count()} CPUs"
