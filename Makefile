@@ -20,13 +20,15 @@ install: $(VENV)/.installed
 
 demo: install
 	@mkdir -p var && printf '# Written by make demo: manage.py reads it (README, useful commands).\nDEBUG=1\n' > var/local.env
-	@DEBUG=$${DEBUG:-1} $(BIN)/python -m gpurental.embedded run -- sh -c '\
+	@DEBUG=$${DEBUG:-1} GATEWAY_PORT=$${GATEWAY_PORT:-$$(( $${PORT:-8000} + 1 ))} \
+	  $(BIN)/python -m gpurental.embedded run -- sh -c '\
 	  python manage.py migrate --noinput && \
 	  python manage.py seed_demo --agent-env var/local-agent.env && \
 	  echo "" && \
 	  echo "  gpurental is starting on http://127.0.0.1:$${PORT:-8000}/" && \
 	  echo "  back-office  http://127.0.0.1:$${PORT:-8000}/admin/   admin@example.com / admin" && \
 	  echo "  customer     demo@example.com / demo" && \
+	  echo "  instances    http://<instance id>.gw.localhost:$$GATEWAY_PORT/ (the gateway; Open JupyterLab logs you in)" && \
 	  echo "  Ctrl-C stops everything; data stays in var/." && \
 	  echo "" && \
 	  exec honcho start -f Procfile -p $${PORT:-8000}'

@@ -283,7 +283,7 @@ class InstanceViewSet(
         instance = self.get_object()
         if instance.user_id != request.user.pk:
             # Staff see every instance, but only its owner gets in.
-            raise NotFound("No such instance.")
+            raise NotFound(f"there is no {self.noun} {pk}")
         form = s.ConnectRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         port = form.validated_data.get("port")

@@ -192,9 +192,59 @@ def test_staff_launch_for_themselves(launch_via_api, as_carol, carol, node, imag
 def test_owner_sees_the_jupyter_url_while_running(as_alice, running):
     data = as_alice.get(f"{URL}{running.pk}/").json()
     assert data["status"] == "running" and data["running_since"] is not None
-    assert data["jupyter_url"] == (f"http://203.0.113.7:40001/lab?token={running.jupyter_token}")
+    # The instance's own origin through the gateway: no host address, no token.
+    assert data["jupyter_url"] == f"https://{running.pk}.gw.localhost/lab"
+    assert running.jupyter_token not in str(data)
     listed = as_alice.get(URL).json()["results"][0]
     assert listed["jupyter_url"] == data["jupyter_url"] and "events" not in listed
+
+
+def test_connect_gives_the_owner_a_one_time_link_to_the_instance_origin(as_alice, running):
+    import hashlib
+    from urllib.parse import parse_qs, urlsplit
+
+    from gpurental.gateway.tickets import ticket_key
+    from gpurental.rentals.events import state_redis
+
+    answer = as_alice.post(f"{URL}{running.pk}/connect/", {}, format="json")
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert body["origin"] == f"https://{running.pk}.gw.localhost"
+    link = urlsplit(body["url"])
+    assert f"{link.scheme}://{link.netloc}" == body["origin"] and link.path == "/_gw/enter"
+    ticket = parse_qs(link.query)["t"][0]
+    assert len(ticket) >= 43 and running.jupyter_token not in body["url"]
+    # Stored only as a hash, for a minute at most.
+    redis = state_redis()
+    assert redis.get(ticket) is None and redis.get("gpurental:gw:ticket:" + ticket) is None
+    assert ticket_key(ticket).endswith(hashlib.sha256(ticket.encode()).hexdigest())
+    assert 0 < redis.ttl(ticket_key(ticket)) <= 60
+    stored = redis.get(ticket_key(ticket)).decode()
+    assert str(running.pk) in stored and '"next": "/lab"' in stored
+
+
+def test_connect_is_for_the_owner_only(as_alice, as_bob, as_carol, running):
+    for client in (as_bob, as_carol):  # another customer; staff, who can see it
+        assert client.post(f"{URL}{running.pk}/connect/", {}, format="json").status_code == 404
+    answer = as_alice.post(f"{URL}{running.pk}/connect/", {"port": 6006}, format="json")
+    error = assert_error(answer, 400, "invalid", field="port")
+    assert "6006" in error["message"] and "declares" in error["message"]
+    answer = as_alice.post(f"{URL}{running.pk}/connect/", {"port": 70000}, format="json")
+    assert_error(answer, 400, "invalid", field="port")
+
+
+def test_connect_only_while_running(as_alice, stopped):
+    answer = as_alice.post(f"{URL}{stopped.pk}/connect/", {}, format="json")
+    error = assert_error(answer, 409, "invalid_state", field="status")
+    assert "stopped" in error["message"] and "once it is running" in error["message"]
+
+
+def test_connect_opens_other_ports_the_image_declares(as_alice, running):
+    running.image.http_ports = [6006]
+    running.image.save()
+    body = as_alice.post(f"{URL}{running.pk}/connect/", {"port": 6006}, format="json").json()
+    assert body["origin"] == f"https://{running.pk}-6006.gw.localhost"
+    assert body["url"].startswith(body["origin"] + "/_gw/enter?t=")
 
 
 def test_no_jupyter_url_once_stopped(as_alice, stopped):

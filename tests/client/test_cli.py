@@ -15,7 +15,9 @@ from gpurental.client.cli import instances, output
 from gpurental.client.models import Instance
 from tests.client.conftest import API_KEY, error, instance
 
-URL = "http://gpu-01.example:40001/lab?token=s3cret"
+URL = "https://7.gw.example/lab"
+LINK = "https://7.gw.example/_gw/enter?t=one-time"
+LINKED = {"url": LINK, "expires_at": "2025-03-01T10:01:09Z", "origin": "https://7.gw.example"}
 GPU_MODELS = [
     {
         "slug": "nvidia-a10g",
@@ -141,13 +143,14 @@ def test_launch_waits_and_prints_only_the_url_on_stdout(logged_in, capsys):
         ),
         (200, instance(status="running", jupyter_url=URL)),
     )
+    logged_in.reply("POST", "/api/v1/instances/7/connect/", (201, LINKED))
 
     code, out, err = run(
         capsys, "launch", "--gpu", "A10G", "--image", "pytorch-2.1", "--model-repo", "huggingface"
     )
 
     assert code == 0
-    assert out == f"{URL}\n"
+    assert out == f"{LINK}\n"
     assert "instance 7: provisioning - pulling image" in err  # stderr is no TTY: plain lines
     assert "\r" not in err
     assert logged_in.received("POST")[0].body == {
@@ -260,14 +263,16 @@ def test_open_prints_the_url_and_opens_a_browser(logged_in, capsys, monkeypatch)
     opened = []
     monkeypatch.setattr(instances.webbrowser, "open", opened.append)
     logged_in.reply(
-        "GET", "/api/v1/instances/7/", (200, instance(status="running", jupyter_url=URL))
+        "GET", "/api/v1/instances/7/", *[(200, instance(status="running", jupyter_url=URL))] * 2
     )
+    logged_in.reply("POST", "/api/v1/instances/7/connect/", *[(201, LINKED)] * 2)
 
     code, out, _ = run(capsys, "open", "7")
-    code_print, out_print, _ = run(capsys, "open", "7", "--print")
+    code_print, out_print, err = run(capsys, "open", "7", "--print")
 
-    assert (code, out, code_print, out_print) == (0, f"{URL}\n", 0, f"{URL}\n")
-    assert opened == [URL]
+    assert (code, out, code_print, out_print) == (0, f"{LINK}\n", 0, f"{LINK}\n")
+    assert "logs its holder in once" in err
+    assert opened == [LINK]  # a new link each time: a link works once
 
 
 def test_open_unknown_instance_exits_4(logged_in, capsys):

@@ -9,8 +9,17 @@ import pytest
 from gpurental.client import Client, GpuRentalError, Instance, InvalidState, LaunchFailed, Timeout
 from tests.client.conftest import API_KEY, Answer, instance
 
-URL = "http://gpu-01.example:40001/lab?token=s3cret"
+URL = "https://7.gw.example/lab"
 DETAIL = "/api/v1/instances/7/"
+CONNECT = "/api/v1/instances/7/connect/"
+LINK = "https://7.gw.example/_gw/enter?t=one-time"
+LINKED = {"url": LINK, "expires_at": "2025-03-01T10:01:09Z", "origin": "https://7.gw.example"}
+
+
+@pytest.fixture(autouse=True)
+def _connect_answers(api):
+    """The server's answer to connect: a one-time link (tests may replace it)."""
+    api.reply("POST", CONNECT, *[(201, LINKED)] * 5)
 
 
 def event(to_status: str, step: str = "", reason: str = "") -> dict:
@@ -65,7 +74,7 @@ def test_connect_returns_the_jupyter_url_once_running(api, timed_client, clock):
     )
     url = launched.connect(on_progress=lambda i: seen.append((i.status, i.latest_step)))
 
-    assert url == URL
+    assert url == LINK
     assert launched.status == "running"
     assert launched.running_since == datetime(2025, 3, 1, 10, 0, 9, tzinfo=UTC)
     assert seen == [("pending", ""), ("provisioning", "pulling image"), ("running", "")]
@@ -125,10 +134,12 @@ def test_waiting_for_a_status_that_does_not_exist_is_refused(api, timed_client):
         timed_client.get_instance(7).wait_until("up")
 
 
-def test_running_without_a_url_is_an_error_not_none(api, timed_client):
+def test_a_link_the_server_refuses_is_an_error_not_none(api, timed_client):
     api.reply("GET", DETAIL, (200, instance(status="running", jupyter_url=None)))
+    refused = {"error": {"code": "not_found", "message": "No such instance.", "fields": {}}}
+    api.reply("POST", CONNECT, (404, refused))
 
-    with pytest.raises(GpuRentalError, match="owner"):
+    with pytest.raises(GpuRentalError, match="No such instance"):
         timed_client.get_instance(7).connect()
 
 
@@ -179,7 +190,7 @@ def test_connect_long_polls_a_server_that_can_and_never_sleeps(api, timed_client
 
     url = timed_client.get_instance(7).connect(timeout=600)
 
-    assert url == URL
+    assert url == LINK
     assert clock.sleeps == []  # the server did the waiting
     waits = [r.query for r in api.received("GET", DETAIL) if r.query]
     assert waits == [{"wait_for": ["running"], "timeout": ["25.000"]}] * 2
@@ -228,7 +239,7 @@ def test_against_an_older_server_the_sdk_falls_back_to_polling(api, timed_client
 
     url = timed_client.get_instance(7).connect()
 
-    assert url == URL
+    assert url == LINK
     assert clock.sleeps == [1.0]
     queries = [r.query for r in api.received("GET", DETAIL)]
     # get_instance, then one long-poll attempt, then plain polls only.

@@ -66,7 +66,10 @@ def test_instance_page_shows_open_button_only_to_the_owner_while_running(
     assert "Open JupyterLab" in page and launched.jupyter_token not in page
     opened = client.get(reverse("instance_open", args=[launched.pk]))
     assert opened.status_code == 302
-    assert opened["Location"] == f"http://127.0.0.1:40123/lab?token={launched.jupyter_token}"
+    # A one-time link at the instance's own origin; the token never leaves the platform.
+    assert opened["Location"].startswith(f"https://{launched.pk}.gw.localhost/_gw/enter?t=")
+    assert launched.jupyter_token not in opened["Location"]
+    assert opened["Cache-Control"] == "no-store" and opened["Referrer-Policy"] == "no-referrer"
     client.force_login(carol)
     assert "Open JupyterLab" not in client.get(reverse("instance", args=[launched.pk])).text
     assert client.get(reverse("instance_open", args=[launched.pk])).status_code == 404

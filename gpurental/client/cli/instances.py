@@ -167,10 +167,9 @@ def cmd_open(args: argparse.Namespace) -> int:
         print_json({"id": instance.id, **link})
         return OK
     say(link["url"])
+    warn(f"the link logs its holder in once and expires at {link['expires_at']}")
     if not args.print:
         webbrowser.open(link["url"])
-    else:
-        say(f"(logs its holder in once; expires {link['expires_at']})")
     return OK
 
 
