@@ -460,7 +460,10 @@ def report(results: dict[str, dict], pairs: int, console_delays: list[float]) ->
         )
         print(f"  {path:8} {line}")
     print()
-    print("`running` in the database → the caller knows (median, max seconds):")
+    print(
+        "`running` in the database → the caller has its link (median, max seconds; "
+        "REST and SDK: the wait's answer, then the connect request):"
+    )
     for path, r in results.items():
         print(f"  {path:8} {statistics.median(r['heard']):.3f}  {max(r['heard']):.3f}")
     if console_delays:
