@@ -235,8 +235,8 @@ class Gateway:
             return not_found()
         if request.path == tickets.ENTER_PATH:
             return await self._enter(request, address)
-        session = tickets.cookie_read(request.cookies.get(self.cookie, ""))
-        if session is None or session.get("l") != address.label:
+        session = self._session(request, address)
+        if session is None:
             return not_found()
         route = await self.routes.get(address.instance_id)
         if route is None or route.owner_id != session.get("u") or route.run != session.get("r"):
@@ -290,6 +290,19 @@ class Gateway:
         )
         log.info("session opened: user %s at %s", route.owner_id, address.label)
         return response
+
+    def _session(self, request: web.Request, address: Address) -> dict | None:
+        """The signed session for this very origin. Every cookie of the platform's name is
+        tried: a sibling instance's page may toss one of its own at the parent domain
+        (no ``__Host-`` prefix over plain http), which must not shadow the real one."""
+        for header in request.headers.getall("Cookie", []):
+            for part in header.split(";"):
+                name, _, value = part.strip().partition("=")
+                if name == self.cookie:
+                    session = tickets.cookie_read(value)
+                    if session is not None and session.get("l") == address.label:
+                        return session
+        return None
 
     def _same_origin(self, request: web.Request) -> bool:
         return request.headers.get("Origin") == f"{self.scheme}://{request.host}"

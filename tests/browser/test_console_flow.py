@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -71,7 +72,9 @@ def confirmation_link(mail_dir: Path) -> str:
     raise AssertionError(f"no confirmation mail in {mail_dir}")
 
 
-def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, catalog, tmp_path):
+def test_sign_up_launch_watch_it_run_and_open_jupyterlab(
+    browser, web_server, gateway, gateway_port, catalog, bob, settings, tmp_path
+):
     from gpurental.rentals.models import Instance
 
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -149,13 +152,54 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(browser, web_server, ca
     lab.wait_for_load_state()
     lab.wait_for_selector("#jp-main-dock-panel, .jp-LabShell", timeout=60_000)
     assert "JupyterLab" in lab.title()
+    # At the instance's own origin, through the gateway; no token anywhere in sight.
+    instance = Instance.objects.get(user__email="newcomer@example.com")
+    origin = f"http://{instance.pk}.gw.localhost:{gateway_port}"
+    assert lab.url == f"{origin}/lab"
+    assert instance.jupyter_token not in lab.content()
     shot(lab, "05-jupyterlab")
+
+    # A cell runs: the kernel's websocket goes through the gateway too.
+    lab.click(".jp-LauncherCard[data-category='Notebook']")
+    editor = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
+    editor.click()
+    lab.keyboard.type("1+1")
+    lab.keyboard.press("Shift+Enter")
+    lab.wait_for_selector(".jp-OutputArea-output:has-text('2')", timeout=60_000)
+    shot(lab, "05b-jupyterlab-cell")
+
+    # A cookie set at this origin goes to this origin only, never to a sibling instance.
+    lab.evaluate("document.cookie = 'probe=from-this-instance; path=/'")
+    assert {"probe", "gpurental-gw"} <= {c["name"] for c in context.cookies(origin)}
+    sibling = context.new_page()
+    answer = sibling.goto(f"http://{uuid.uuid4()}.gw.localhost:{gateway_port}/lab")
+    assert answer.status == 404 and "cookie" not in answer.request.all_headers()
+    sibling.close()
+
+    # Nobody else gets in: not an anonymous visitor, not bob logged in to the console.
+    anonymous = browser.new_context()
+    answer = anonymous.new_page().goto(f"{origin}/lab")
+    assert answer.status == 404 and "JupyterLab" not in answer.text()
+    anonymous.close()
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    bob.set_password("correct horse battery staple")
+    bob.save()
+    bobs = browser.new_context()
+    bobs_page = bobs.new_page()
+    bobs_page.goto(f"{web_server}/login/")
+    bobs_page.fill("input[name=username]", bob.email)
+    bobs_page.fill("input[name=password]", "correct horse battery staple")
+    bobs_page.click("button:has-text('Log in')")
+    bobs_page.wait_for_url("**/dashboard/")
+    assert bobs_page.goto(f"{web_server}/instances/{instance.pk}/open/").status == 404
+    assert bobs_page.goto(f"{origin}/lab").status == 404
+    bobs.close()
 
     page.goto(f"{web_server}/dashboard/")
     assert "Running" in page.inner_text("#instances")
     shot(page, "06-dashboard")
 
-    instance = Instance.objects.get(user__email="newcomer@example.com")
+    instance.refresh_from_db()
     assert instance.status == "running"
     context.close()
 

@@ -174,6 +174,11 @@ def test_nobody_else_gets_in_and_a_stop_closes_the_door_at_once(
         == 404
     )
 
+    # A cookie of the same name tossed at the parent domain by a sibling's page does not
+    # shadow the real one (and does not let its holder in).
+    tossed = f"{name}={bobs_cookie.split('=', 1)[1]}; {cookie}"
+    assert site.request("GET", "/api/status", cookie=tossed).status_code == 200
+
     # What a client sends in the token's place is replaced, not passed on.
     spoofed = site.request(
         "GET",
@@ -183,8 +188,15 @@ def test_nobody_else_gets_in_and_a_stop_closes_the_door_at_once(
     )
     assert spoofed.status_code == 200
 
-    # Stop: the very next request is refused, long before any cache could expire.
-    lifecycle.instance_stop(instance=Instance.objects.get(pk=instance.pk), actor=alice)
+    # Stop: an open kernel socket is closed, and the very next request is refused, long
+    # before any cache could expire.
+    kernel = site.request(
+        "POST", "/api/kernels", cookie=cookie, json={}, headers={"Origin": site.origin}
+    )
+    closed_after = asyncio.run(
+        socket_closed_after_stop(site, cookie, kernel.json()["id"], instance, alice)
+    )
+    assert closed_after < 2
     started = time.monotonic()
     wait_for(
         lambda: site.request("GET", "/api/status", cookie=cookie).status_code == 404,
@@ -201,6 +213,30 @@ def test_nobody_else_gets_in_and_a_stop_closes_the_door_at_once(
     assert site.request("GET", "/api/status", cookie=cookie).status_code == 404
     fresh = site.enter(link_for(alice, instance))
     assert site.request("GET", "/api/status", cookie=fresh).status_code == 200
+
+
+def stop_in_thread(instance, user) -> None:
+    from django.db import connection
+
+    try:
+        lifecycle.instance_stop(instance=Instance.objects.get(pk=instance.pk), actor=user)
+    finally:
+        connection.close()  # this thread's own connection, or the test database stays in use
+
+
+async def socket_closed_after_stop(origin: Origin, cookie: str, kernel_id: str, instance, user):
+    """Open the kernel's socket through the gateway, stop the instance: seconds until the
+    gateway closed the socket."""
+    url = f"{origin.base.replace('http', 'ws', 1)}/api/kernels/{kernel_id}/channels"
+    headers = {"Host": origin.host, "Cookie": cookie, "Origin": origin.origin}
+    async with aiohttp.ClientSession() as session, session.ws_connect(url, headers=headers) as ws:
+        await asyncio.to_thread(stop_in_thread, instance, user)
+        started = time.monotonic()
+        async with asyncio.timeout(10):
+            async for _ in ws:
+                pass
+        assert ws.closed
+        return time.monotonic() - started
 
 
 def launch_wait(instance: Instance) -> Instance:
