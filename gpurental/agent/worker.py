@@ -9,6 +9,7 @@ from celery import Celery
 from gpurental import protocol
 from gpurental.agent.config import AgentConfig
 from gpurental.agent.host import HostAgent
+from gpurental.observability import logs
 
 log = logging.getLogger(__name__)
 _agent: HostAgent | None = None
@@ -31,6 +32,9 @@ def make_app(config: AgentConfig) -> Celery:
         worker_hijack_root_logger=False,
     )
     _register(app)
+    # The request and instance ids of a command ride on its message headers; the agent's
+    # log lines and reports carry them on.
+    logs.connect_celery()
     return app
 
 

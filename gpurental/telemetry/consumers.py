@@ -46,6 +46,7 @@ from django.conf import settings
 
 from gpurental.agent.sampler import host_group
 from gpurental.fleet.models import Host
+from gpurental.observability.counters import CountedWebsocket
 from gpurental.rentals.events import instance_group
 from gpurental.rentals.selectors import instance_visible_to
 from gpurental.telemetry.feed import FleetFeed, fleet_feed
@@ -77,7 +78,7 @@ def _viewer_still_allowed(user_id, session_key: str | None, needs_staff: bool) -
     return None
 
 
-class WatchedConsumer(AsyncJsonWebsocketConsumer):
+class WatchedConsumer(CountedWebsocket, AsyncJsonWebsocketConsumer):
     """A stream that ends when its viewer logs out, is deactivated or loses staff status:
     checked again every ``WS_RECHECK_SECONDS``."""
 
@@ -116,6 +117,7 @@ def _gpu_fields(gpu: dict) -> dict:
 
 
 class InstanceConsumer(WatchedConsumer):
+    metrics_stream = "instance"
     group: str | None = None
     telemetry_group: str | None = None
 
@@ -242,6 +244,8 @@ async def _staff_only(consumer: AsyncJsonWebsocketConsumer) -> bool:
 class HostConsumer(WatchedConsumer):
     """Every GPU of one host, each second, as the agent sent it (staff only)."""
 
+    metrics_stream = "host"
+
     group: str | None = None
     needs_staff = True
 
@@ -279,6 +283,8 @@ class HostConsumer(WatchedConsumer):
 class FleetConsumer(WatchedConsumer):
     """Every host's utilisation, at most one message a second (staff only), from this
     process's shared fleet feed (``gpurental.telemetry.feed``)."""
+
+    metrics_stream = "fleet"
 
     feed: FleetFeed | None = None
     needs_staff = True

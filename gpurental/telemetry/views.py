@@ -13,9 +13,9 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from gpurental.observability.collector import render as metrics_render
 from gpurental.rentals.selectors import instance_visible_to
 from gpurental.telemetry import ingest
-from gpurental.telemetry import metrics as prometheus
 from gpurental.telemetry.selectors import WINDOWS, instance_history
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -42,7 +42,7 @@ def metrics(request):
         if status == 401:
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    return HttpResponse(prometheus.render(), content_type=PROMETHEUS_CONTENT_TYPE)
+    return HttpResponse(metrics_render(), content_type=PROMETHEUS_CONTENT_TYPE)
 
 
 @require_GET

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from gpurental.fleet.models import Host
 from gpurental.rentals.services import lifecycle as lc
 from tests.telemetry.conftest import host_message
 
@@ -68,7 +69,7 @@ def test_no_token_configured_means_no_token_works(client, settings, db):
 
 
 def test_gpu_gauges_come_from_the_latest_samples_with_the_holding_instance(
-    client, carol, alice, run_instance, publisher
+    client, carol, alice, run_instance, publisher, node1, a100
 ):
     mine = run_instance(alice)
     (gpu,) = mine.gpu_indices
@@ -76,23 +77,34 @@ def test_gpu_gauges_come_from_the_latest_samples_with_the_holding_instance(
     publisher.publish(host_message((gpu, str(mine.pk), 42.5), (other, None, 0.0), ts=time.time()))
     client.force_login(carol)
     types, samples = parse(client.get("/metrics").content.decode())
-    assert types["gpurental_gpu_utilization"] == "gauge"
-    assert values(samples, "gpurental_gpu_utilization", host="node1", gpu=str(gpu)) == [42.5]
+    assert types["DCGM_FI_DEV_GPU_UTIL"] == "gauge"
+    assert values(samples, "DCGM_FI_DEV_GPU_UTIL", host="node1", gpu=str(gpu)) == [42.5]
     (labels,) = [
         labels
         for name, labels, _ in samples
-        if name == "gpurental_gpu_utilization" and labels["gpu"] == str(gpu)
+        if name == "DCGM_FI_DEV_GPU_UTIL" and labels["gpu"] == str(gpu)
     ]
+    uuid = node1.gpus.get(index=gpu).uuid
     assert labels == {
-        "host": "node1",
         "gpu": str(gpu),
-        "instance": str(mine.pk),
+        "UUID": uuid,
+        "device": f"nvidia{gpu}",
+        "modelName": a100.nvml_names[0],
+        "Hostname": "node1",
+        "host": "node1",
+        "instance_id": str(mine.pk),
+        "customer": str(alice.pk),
         "simulated": "true",
     }
-    assert values(samples, "gpurental_gpu_utilization", gpu=str(other), instance="") == [0.0]
-    assert values(samples, "gpurental_gpu_memory_used_bytes", gpu=str(gpu)) == [4.25e9]
-    assert values(samples, "gpurental_gpu_temperature_celsius", gpu=str(gpu)) == [40.0]
-    assert values(samples, "gpurental_gpu_power_watts", gpu=str(gpu)) == [100.0]
+    assert "instance" not in labels and "job" not in labels  # Prometheus's own
+    assert values(samples, "DCGM_FI_DEV_GPU_UTIL", gpu=str(other), instance_id="") == [0.0]
+    assert values(samples, "DCGM_FI_DEV_FB_USED", gpu=str(gpu)) == [4.25e9 / 2**20]
+    assert values(samples, "DCGM_FI_DEV_FB_FREE", gpu=str(gpu)) == [
+        (85_899_345_920 - 4.25e9) / 2**20
+    ]
+    assert values(samples, "DCGM_FI_DEV_GPU_TEMP", gpu=str(gpu)) == [40.0]
+    assert values(samples, "DCGM_FI_DEV_POWER_USAGE", gpu=str(gpu)) == [100.0]
+    assert values(samples, "DCGM_FI_DEV_SM_CLOCK", gpu=str(gpu)) == [1410.0]
     (age,) = values(samples, "gpurental_host_sample_age_seconds", host="node1")
     assert 0 <= age < 15
 
@@ -133,10 +145,13 @@ def test_fleet_counters_and_the_launch_duration_histogram(
     assert values(samples, f"{name}_sum") == [102.0]
 
 
-def test_label_values_are_escaped():
-    from gpurental.telemetry.metrics import labels
-
-    assert labels(host='a"b\\c\nd') == '{host="a\\"b\\\\c\\nd"}'
+def test_label_values_are_escaped(client, carol, a100, make_host):
+    make_host("evil", a100, count=1)
+    client.force_login(carol)
+    Host.objects.filter(name="evil").update(name='e"v\\il')
+    text = client.get("/metrics").content.decode()
+    parse(text)  # still well-formed
+    assert 'host="e\\"v\\\\il"' in text
 
 
 def test_each_hosts_heartbeat_age_is_exported(client, carol, a100, make_host):
