@@ -73,7 +73,7 @@ def connect(*, user, instance, port: int | None = None) -> Ticket:
     declared = list(instance.image.http_ports or [])
     if port is not None and port not in declared:
         raise RentalError(
-            f"port: {port} is not an HTTP port this image declares "
+            f"{port} is not an HTTP port this image declares "
             f"({', '.join(map(str, declared)) or 'it declares none'}); "
             "leave it out for JupyterLab",
             field="port",

@@ -161,12 +161,17 @@ def test_sign_up_launch_watch_it_run_and_open_jupyterlab(
 
     # A cell runs: the kernel's websocket goes through the gateway too.
     lab.click(".jp-LauncherCard[data-category='Notebook']")
+    # The kernel starts behind the gateway's websocket: wait until the status bar says so.
+    lab.wait_for_function("() => document.body.innerText.includes('| Idle')", timeout=90_000)
     editor = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
     editor.click()
     lab.keyboard.type("1+1")
+    assert editor.inner_text() == "1+1"
     lab.keyboard.press("Shift+Enter")
-    lab.wait_for_selector(".jp-OutputArea-output:has-text('2')", timeout=60_000)
-    shot(lab, "05b-jupyterlab-cell")
+    try:
+        lab.wait_for_selector(".jp-OutputArea-output:has-text('2')", timeout=60_000)
+    finally:
+        shot(lab, "05b-jupyterlab-cell")
 
     # A cookie set at this origin goes to this origin only, never to a sibling instance.
     lab.evaluate("document.cookie = 'probe=from-this-instance; path=/'")
