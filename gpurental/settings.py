@@ -126,6 +126,7 @@ INSTALLED_APPS = [
     "gpurental.catalog",
     "gpurental.fleet",
     "gpurental.rentals",
+    "gpurental.groups",
     "gpurental.billing",
     "gpurental.telemetry",
     "gpurental.console",
@@ -373,6 +374,14 @@ SSH_GATEWAY_HOST_KEY = os.environ.get(
 SSH_GATEWAY_CLIENT_KEY = os.environ.get(
     "SSH_GATEWAY_CLIENT_KEY", str(BASE_DIR / "var/ssh/gateway_client_ed25519")
 )
+
+# --- Elastic groups (gpurental/groups/; README "Elastic groups") ---
+# The image a group's replicas run when its spec names none (images/serving-echo).
+GROUP_DEFAULT_IMAGE = os.environ.get("GROUP_DEFAULT_IMAGE", "serving-echo")
+# How often the autoscaler looks at every group (seconds), and how long a draining replica
+# may take to finish its requests before it is stopped anyway.
+GROUP_TICK_S = float(os.environ.get("GROUP_TICK_S", "5"))
+GROUP_DRAIN_TIMEOUT_S = float(os.environ.get("GROUP_DRAIN_TIMEOUT_S", "60"))
 
 PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("PORT", "8000"))
 

@@ -45,6 +45,16 @@ class Instance(models.Model):
         on_delete=models.PROTECT,
         related_name="instances",
     )
+    # A replica of an elastic group (gpurental/groups/), and its role there: serving
+    # (behind the group's endpoint), warm (stopped, ready to be promoted) or draining.
+    group = models.ForeignKey(
+        "groups.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="replicas"
+    )
+    group_role = models.CharField(
+        max_length=10,
+        blank=True,
+        choices=[("serving", "Serving"), ("warm", "Warm"), ("draining", "Draining")],
+    )
     status = models.CharField(
         max_length=16, choices=InstanceStatus.choices, default=InstanceStatus.PENDING
     )
@@ -79,6 +89,11 @@ class Instance(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(gpu_count__gte=1), name="instance_gpu_count_positive"
+            ),
+            models.CheckConstraint(
+                condition=(Q(group__isnull=True) & Q(group_role=""))
+                | (Q(group__isnull=False) & Q(group_role__in=["serving", "warm", "draining"])),
+                name="instance_group_role",
             ),
             models.CheckConstraint(
                 condition=Q(jupyter_port__isnull=True)
