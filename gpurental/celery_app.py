@@ -20,6 +20,7 @@ app.conf.task_routes = {
     "gpurental.billing.*": {"queue": "control"},
     "gpurental.telemetry.*": {"queue": "control"},
     "gpurental.api.*": {"queue": "control"},
+    "gpurental.groups.*": {"queue": "control"},
 }
 
 # Every periodic job is declared here, in one place.
@@ -39,6 +40,11 @@ app.conf.beat_schedule = {
             "queue": "control",
             "expires": float(os.environ.get("RECONCILE_INTERVAL", "10")),
         },
+    },
+    "groups-tick": {
+        "task": "gpurental.groups.tasks.groups_tick",
+        "schedule": float(os.environ.get("GROUP_TICK_S", "5")),
+        "options": {"queue": "control", "expires": float(os.environ.get("GROUP_TICK_S", "5"))},
     },
     "reservations-tick": {
         "task": "gpurental.rentals.tasks.reservations_tick",

@@ -67,9 +67,12 @@ def instance_launch(
     name: str = "",
     mount_model_cache: bool = False,
     idle_stop_minutes: int | None = None,
+    group=None,
+    group_role: str = "",
     now: datetime | None = None,
 ) -> Instance:
-    """Hold GPUs for a new instance and ask the host's agent to start it.
+    """Hold GPUs for a new instance and ask the host's agent to start it. A replica of an
+    elastic group names its group and role (gpurental/groups/services.py launches them).
 
     Raises QuotaExceeded, NoCapacity or RentalError; then nothing is created.
     """
@@ -97,6 +100,8 @@ def instance_launch(
             status=S.PENDING,
             status_changed_at=now,
             **run_secrets(image),
+            group=group,
+            group_role=group_role,
             mount_model_cache=mount_model_cache,
             idle_stop_minutes=plan.idle_stop_minutes
             if idle_stop_minutes is None
