@@ -1,0 +1,234 @@
+"""The autoscaler's tick against the real database and Redis: what it launches, promotes,
+drains, parks and refuses, and the events it records. The agents' side is played by
+their reports (the docker tests in test_groups_on_docker.py run the whole path).
+
+Load comes the way a gateway reports it: ``load_write`` into Redis, read back by the tick.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from gpurental.groups import services
+from gpurental.groups.load import load_key, load_write
+from gpurental.groups.models import Group, GroupEvent, LoadSample
+from gpurental.rentals.events import state_redis
+from gpurental.rentals.models import Instance
+from gpurental.rentals.selectors import instance_gpus
+from gpurental.rentals.services import lifecycle
+from tests.factories import ImageTemplateFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def serving_image(db):
+    return ImageTemplateFactory(slug="serving-echo", port=8000, http_ports=[8000])
+
+
+@pytest.fixture
+def host(make_host, a100):
+    return make_host("node1", a100, count=8, address="203.0.113.7")
+
+
+def apply(user, **spec) -> Group:
+    body = {"name": "inference", "instance_type": "A100", "image": "serving-echo", **spec}
+    group = services.group_apply(user=user, source=body).group
+    state_redis().delete(load_key(group.pk))
+    return group
+
+
+def report_load(group, **figures):
+    report = {
+        "at": time.time(),
+        "rps": 0.0,
+        "inflight": 0.0,
+        "queued": 0.0,
+        "burst": 0.0,
+        "inflight_now": 0,
+        "queued_now": 0,
+        "p50_ms": None,
+        "p99_ms": None,
+        "errors": 0,
+        "requests": 0,
+        "last_request_at": time.time(),
+        "replicas": {},
+    }
+    report.update(figures)
+    load_write(state_redis(), group.pk, report, process="test-gateway")
+
+
+def replicas(group, role=None, status=None):
+    found = Instance.objects.filter(group=group)
+    if role:
+        found = found.filter(group_role=role)
+    if status:
+        found = found.filter(status=status)
+    return list(found.order_by("created_at"))
+
+
+def run(instance):
+    lifecycle.instance_report_running(instance_id=str(instance.pk), port=40000, container_id="c")
+
+
+def stopped(instance):
+    lifecycle.instance_report_stopped(instance_id=str(instance.pk))
+
+
+def events(group, kind):
+    return list(group.events.filter(kind=kind).values_list("reason", flat=True))
+
+
+def test_a_new_group_launches_its_minimum(
+    alice, serving_image, host, sent, django_capture_on_commit_callbacks
+):
+    group = apply(alice, min_nodes=2, max_nodes=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        decision = services.group_tick(group_id=group.pk)
+    assert decision.desired == 2 and decision.reason == "0 → 2: min_nodes 2"
+    launched = replicas(group, role="serving")
+    assert len(launched) == 2 and all(r.status == "pending" for r in launched)
+    assert all(r.idle_stop_minutes == 0 and r.plan == group.plan for r in launched)
+    assert [m["task"] for m in sent] == ["instance_start", "instance_start"]
+    assert events(group, "scaled") == ["0 → 2: min_nodes 2"]
+    # Launching replicas count as capacity: the next tick launches nothing more.
+    services.group_tick(group_id=group.pk)
+    assert len(replicas(group)) == 2
+    assert LoadSample.objects.filter(group=group).count() == 2
+
+
+def test_queue_over_target_scales_out(alice, serving_image, host, sent):
+    group = apply(
+        alice, min_nodes=1, max_nodes=6, scaling_metrics={"metric": "queue", "threshold": 2}
+    )
+    services.group_tick(group_id=group.pk)
+    run(replicas(group)[0])
+    report_load(group, inflight=2.0, queued=4.0, burst=6.0, queued_now=4)
+    decision = services.group_tick(group_id=group.pk)
+    assert decision.desired == 3, decision.reason
+    assert "queue 6.0 per replica vs target 2" in decision.reason
+    assert len(replicas(group, role="serving")) == 3
+
+
+def test_quota_and_balance_blocks_are_recorded_and_launch_nothing(
+    alice, serving_image, host, sent, settings
+):
+    alice.gpu_quota = 1
+    alice.save()
+    group = apply(alice, min_nodes=2, max_nodes=4)
+    services.group_tick(group_id=group.pk)
+    assert len(replicas(group)) == 1
+    (blocked,) = events(group, "blocked")
+    assert blocked.startswith("scale-out blocked:") and "quota" in blocked
+
+    settings.BILLING_ENFORCE_BALANCE = True
+    other = apply(alice, name="other", min_nodes=0, max_nodes=2, warm_pool={"size": 1})
+    alice.gpu_quota = 8
+    alice.save()
+    services.group_tick(group_id=other.pk)
+    assert replicas(other) == []
+    (blocked,) = events(other, "blocked")
+    assert "warm pool refill blocked" in blocked and "balance" in blocked
+
+
+def test_warm_pool_fills_parks_and_promotes(alice, serving_image, host, sent):
+    group = apply(alice, min_nodes=0, max_nodes=3, warm_pool={"size": 2, "instance_type": "A100"},
+                  scaling_metrics={"metric": "queue", "threshold": 2})  # fmt: skip
+    services.group_tick(group_id=group.pk)
+    warm = replicas(group, role="warm")
+    assert len(warm) == 2 and replicas(group, role="serving") == []
+    for replica in warm:
+        run(replica)
+    services.group_tick(group_id=group.pk)  # started once: parked
+    assert {r.status for r in replicas(group, role="warm")} == {"stopping"}
+    for replica in warm:
+        stopped(replica)
+    assert not any(instance_gpus(r) for r in warm)  # no GPU held while warm
+
+    # A request waits at zero replicas: a warm replica is promoted, not a cold launch.
+    report_load(group, queued=1.0, burst=1.0, queued_now=1)
+    decision = services.group_tick(group_id=group.pk)
+    assert decision.reason.startswith("0 → 1")
+    (promoted,) = replicas(group, role="serving")
+    assert promoted.pk in {w.pk for w in warm} and promoted.status == "pending"
+    assert any("promoted from the warm pool" in e for e in events(group, "replica"))
+    # The pool refills in the background: a new warm replica is on its way.
+    assert len(replicas(group, role="warm")) == 2
+
+
+def test_scale_in_drains_before_it_retires(alice, serving_image, host, sent, settings):
+    settings.GROUP_DRAIN_TIMEOUT_S = 60
+    group = apply(alice, min_nodes=1, max_nodes=4, cooldown={"scale_up": 0, "scale_down": 0},
+                  scaling_metrics={"metric": "queue", "threshold": 2})  # fmt: skip
+    group.min_replicas = 3
+    group.save()
+    services.group_tick(group_id=group.pk)
+    for replica in replicas(group):
+        run(replica)
+    group.min_replicas = 2
+    group.save()
+    busy = replicas(group)[-1]
+    report_load(group, replicas={str(busy.pk): {"inflight": 1, "healthy": True}})
+    decision = services.group_tick(group_id=group.pk)
+    assert decision.desired == 2 and decision.reason.startswith("3 → 2")
+    (draining,) = replicas(group, role="draining")
+    assert draining.pk == busy.pk and draining.status == "running"
+    # Still a request in flight: it stays, even past the moment gateways have caught up.
+    key = services._drain_key(draining.pk)
+    state_redis().set(key, str(time.time() - 5))
+    services.group_tick(group_id=group.pk)
+    assert Instance.objects.get(pk=draining.pk).status == "running"
+    # Finished: it goes (no warm pool here, so terminated).
+    report_load(group, replicas={str(busy.pk): {"inflight": 0, "healthy": True}})
+    services.group_tick(group_id=group.pk)
+    assert Instance.objects.get(pk=draining.pk).status == "terminating"
+    assert any("drained: terminated" in e for e in events(group, "replica"))
+
+
+def test_schedule_raises_the_floor_in_its_window(alice, serving_image, host, sent, settings):
+    settings.TIME_ZONE = "Asia/Shanghai"
+    group = apply(
+        alice, min_nodes=1, max_nodes=5, schedule={"cron": "* 9-17 * * 1-5", "min_nodes": 3}
+    )
+    # Thursday 10:00 in Shanghai is 02:00 UTC.
+    with time_machine.travel(dt.datetime(2026, 12, 3, 2, 0, tzinfo=dt.UTC), tick=False):
+        decision = services.group_tick(group_id=group.pk)
+    assert decision.desired == 3 and "schedule asks for 3" in decision.reason
+    other = apply(alice, name="night", min_nodes=1, max_nodes=5,
+                  schedule={"cron": "* 9-17 * * 1-5", "min_nodes": 3})  # fmt: skip
+    with time_machine.travel(dt.datetime(2026, 12, 3, 14, 0, tzinfo=dt.UTC), tick=False):
+        assert services.group_tick(group_id=other.pk).desired == 1  # 22:00 there
+
+
+def test_prewarm_starts_replicas_ahead_of_the_load_seen_on_past_days(
+    alice, serving_image, host, sent
+):
+    group = apply(alice, min_nodes=1, max_nodes=8, prewarm_lead_minutes=15,
+                  scaling_metrics={"metric": "queue", "threshold": 2})  # fmt: skip
+    now = dt.datetime(2026, 12, 3, 8, 50, tzinfo=dt.UTC)
+    for days, needed in [(1, 4), (2, 3), (3, 5), (4, 1)]:  # median 3.5
+        at = dt.datetime(2026, 12, 3, 9, 5, tzinfo=dt.UTC) - dt.timedelta(days=days)
+        LoadSample.objects.create(group=group, at=at, ready=needed, provisioning=0, warm=0,
+                                  rps=1, inflight=0, queued=0, needed=needed)  # fmt: skip
+    with time_machine.travel(now, tick=False):
+        decision = services.group_tick(group_id=group.pk)
+    assert decision.desired == 4 and "pre-warm: 4 needed soon on past days" in decision.reason
+    assert len(replicas(group)) == 4
+
+
+def test_delete_terminates_every_replica_then_the_group(alice, serving_image, host, sent):
+    group = apply(alice, min_nodes=2, max_nodes=2, warm_pool={"size": 1})
+    services.group_tick(group_id=group.pk)
+    assert len(replicas(group)) == 3
+    services.group_delete(group=group, actor=alice)
+    assert {r.status for r in replicas(group)} == {"terminating"}
+    for replica in replicas(group):
+        lifecycle.instance_report_removed(instance_id=str(replica.pk))
+    services.group_tick(group_id=group.pk, now=timezone.now())
+    assert Group.objects.get(pk=group.pk).status == "deleted"
+    assert GroupEvent.objects.filter(group=group, reason__contains="deleted").count() == 2
