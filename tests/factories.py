@@ -116,3 +116,16 @@ class AllocationFactory(factory.django.DjangoModelFactory):
     gpu = factory.SubFactory(GPUFactory)
     instance = factory.SubFactory(InstanceFactory)
     period = factory.LazyFunction(lambda: period(timezone.now(), 1))
+
+
+class GroupFactory(factory.django.DjangoModelFactory):
+    """An elastic group row (tests that need one without gpurental.groups' services)."""
+
+    class Meta:
+        model = "groups.Group"
+
+    user = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"group-{n}")
+    image = factory.SubFactory(ImageTemplateFactory)
+    plan = factory.SubFactory(PlanFactory)
+    port = 8000

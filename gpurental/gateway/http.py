@@ -18,6 +18,9 @@ For every request:
 Routes are cached in memory and dropped the moment an instance changes state (Redis
 pub/sub, the same wake-ups the API's long-poll waits on), so a stopped, terminated or
 failed instance stops answering at once, and its open websockets are closed.
+
+Groups' endpoints, ``grp-<group id>.<GATEWAY_DOMAIN>``, are an API with keys, not
+cookies; they are handled in groups.py.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from multidict import CIMultiDict
 
-from gpurental.gateway import routes, tickets
+from gpurental.gateway import groups, routes, tickets
 from gpurental.gateway.routes import Address, Route
 
 log = logging.getLogger("gpurental.gateway")
@@ -139,6 +142,7 @@ class Gateway:
         scheme: str | None = None,
         redis_url: str | None = None,
         route_cache: RouteCache | None = None,
+        group_endpoints: groups.GroupEndpoints | None = None,
     ):
         self.domain = (domain or settings.GATEWAY_DOMAIN).lower()
         self.scheme = scheme or settings.GATEWAY_SCHEME
@@ -150,6 +154,8 @@ class Gateway:
             redis_url = layer_redis_url()
         self.redis = aioredis.Redis.from_url(redis_url, socket_connect_timeout=2)
         self.routes = route_cache or RouteCache()
+        # Groups' endpoints, grp-<id>.<domain> (gpurental/gateway/groups.py).
+        self.groups = group_endpoints or groups.GroupEndpoints(scheme=self.scheme)
         self.sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
         self.client: aiohttp.ClientSession = None  # type: ignore[assignment]  # made at startup
         self._listener: asyncio.Task | None = None
@@ -173,12 +179,14 @@ class Gateway:
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
         )
         self._listener = asyncio.create_task(self._listen())
+        self.groups.start(self.client, self.redis)
 
     async def _stop(self, app: web.Application) -> None:
         if self._listener:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
+        await self.groups.stop()
         for sockets in list(self.sockets.values()):
             for ws in list(sockets):
                 await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"gateway stopping")
@@ -195,8 +203,9 @@ class Gateway:
         while True:
             try:
                 async with self.redis.pubsub() as pubsub:
-                    await pubsub.psubscribe(STATE_PATTERN)
+                    await pubsub.psubscribe(STATE_PATTERN, groups.GROUP_STATE_PATTERN)
                     self.routes.clear()  # whatever changed while we were not listening
+                    self.groups.clear()
                     self.listening.set()
                     delay = 0.5
                     async for message in pubsub.listen():
@@ -204,7 +213,12 @@ class Gateway:
                             channel = message["channel"]
                             if isinstance(channel, bytes):
                                 channel = channel.decode()
-                            await self._changed(channel.rsplit(":", 1)[-1])
+                            changed = channel.rsplit(":", 1)[-1]
+                            if channel.startswith(groups.GROUP_STATE_PATTERN[:-1]):
+                                self.groups.group_changed(changed)
+                                continue
+                            self.groups.instance_changed(changed)
+                            await self._changed(changed)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - keep listening, whatever Redis did
@@ -228,6 +242,9 @@ class Gateway:
     # --- requests ------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        group_id = groups.parse_group_host(request.host or "", self.domain)
+        if group_id is not None:
+            return await self.groups.handle(request, group_id)
         address = routes.parse_host(request.host or "", self.domain)
         if address is None:
             if request.path == "/healthz":
