@@ -168,10 +168,15 @@ def _on_publish(sender=None, body=None, headers=None, routing_key=None, **kwargs
         log.info("sent %s to %s", sender, routing_key, extra={"instance_id": iid})
 
 
+def _header(request, name: str):
+    # A worker puts a message's own headers on the request; an eager call keeps them apart.
+    return getattr(request, name, None) or (getattr(request, "headers", None) or {}).get(name)
+
+
 def _on_prerun(task=None, kwargs=None, **extra) -> None:
     req = getattr(task, "request", None)
-    iid = getattr(req, HEADER_INSTANCE_ID, None) or message_instance_id(kwargs)
-    bind(request_id=getattr(req, HEADER_REQUEST_ID, None), instance_id=iid)
+    iid = _header(req, HEADER_INSTANCE_ID) or message_instance_id(kwargs)
+    bind(request_id=_header(req, HEADER_REQUEST_ID), instance_id=iid)
     if iid is not None:
         log.info("running %s", getattr(task, "name", task))
 
