@@ -2,7 +2,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from gpurental.api import views, views_billing, views_reservations, views_sshkeys
+from gpurental.api import views, views_billing, views_groups, views_reservations, views_sshkeys
 from gpurental.api.errors import not_found
 
 router = DefaultRouter()
@@ -15,6 +15,7 @@ router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
 router.register("ssh-keys", views_sshkeys.SSHKeyViewSet, basename="ssh-key")
 router.register("reservations", views_reservations.ReservationViewSet, basename="reservation")
 router.register("invoices", views_billing.InvoiceViewSet, basename="invoice")
+router.register("groups", views_groups.GroupViewSet, basename="group")
 
 v1 = [
     path("me/", views.MeView.as_view(), name="me"),

@@ -74,6 +74,15 @@ def parse_host(host: str, domain: str | None = None) -> Address | None:
 def origin(instance_id, port: int | None = None) -> str:
     """The instance's origin, as a browser writes it in the Origin header."""
     label = str(instance_id) if port is None else f"{instance_id}-{port}"
+    return _origin(label)
+
+
+def group_origin(group_id) -> str:
+    """An elastic group's endpoint: ``grp-<group id>.<GATEWAY_DOMAIN>`` (gateway/groups.py)."""
+    return _origin(f"grp-{group_id}")
+
+
+def _origin(label: str) -> str:
     scheme, gw_port = settings.GATEWAY_SCHEME, settings.GATEWAY_PORT
     default = {"http": 80, "https": 443}.get(scheme)
     suffix = "" if gw_port == default else f":{gw_port}"

@@ -44,6 +44,12 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/invoices/{id}/"),
     ("get", "/api/v1/invoices/{id}/pdf/"),
     ("get", "/api/v1/invoices/{id}/csv/"),
+    ("get", "/api/v1/groups/"),
+    ("post", "/api/v1/groups/apply/"),
+    ("post", "/api/v1/groups/quote/"),
+    ("get", "/api/v1/groups/{id}/"),
+    ("delete", "/api/v1/groups/{id}/"),
+    ("get", "/api/v1/groups/{id}/events/"),
 }
 
 

@@ -1,0 +1,216 @@
+"""Elastic groups over the API: apply a spec (JSON, YAML or HCL), quote it, read, delete.
+
+Visibility as for instances: customers see their own groups, staff see all, and anything
+else is a 404 worded as if it did not exist. Groups launch instances, so an API key needs
+the ``instances`` scope to change them (``read`` to look).
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from gpurental.api import serializers_groups as s
+from gpurental.api.idempotency import idempotent
+from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
+from gpurental.groups import specs
+from gpurental.groups.models import Group
+from gpurental.groups.services import _catalog, group_apply, group_delete
+from gpurental.rentals.models import InstanceStatus
+
+ARTICLE_HCL = """resource "elastic_gpu" "inference" {
+  min_nodes     = 1
+  max_nodes     = 10
+  scaling_metrics {
+    metric = "gpu_utilization"
+    threshold = 70
+  }
+  warm_pool {
+    size = 2
+    instance_type = "A10"
+  }
+}
+"""
+SPEC_EXAMPLES = [
+    OpenApiExample(
+        "A spec (JSON)",
+        value={
+            "name": "inference",
+            "min_nodes": 1,
+            "max_nodes": 10,
+            "instance_type": "A10",
+            "scaling_metrics": [{"metric": "gpu_utilization", "threshold": 70}],
+            "warm_pool": {"size": 2},
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
+        "The article's HCL, as text",
+        value={"format": "hcl", "source": ARTICLE_HCL},
+        request_only=True,
+    ),
+]
+SPEC_BODY = {
+    "application/json": {
+        "type": "object",
+        "description": "Either a spec object (name, min_nodes, max_nodes, instance_type, "
+        "scaling_metrics, schedule, warm_pool, cooldown, …) or "
+        '{"format": "json"|"yaml"|"hcl", "source": "<the spec as text>"}.',
+        "additionalProperties": True,
+    }
+}
+
+
+def groups_for(user):
+    """The groups ``user`` may see (staff: all)."""
+    queryset = Group.objects.select_related("image", "plan__gpu_model", "user")
+    return queryset if user.is_staff else queryset.filter(user=user)
+
+
+def _spec_source(data) -> tuple[dict | str, str | None]:
+    """The request body → (a spec dict, or text and its format)."""
+    if not isinstance(data, dict):
+        raise specs.SpecError("send a JSON object: a spec, or {format, source}", field="spec")
+    if "source" in data:
+        form = s.GroupSourceSerializer(data=data)
+        form.is_valid(raise_exception=True)
+        extra = sorted(set(data) - {"source", "format"})
+        if extra:
+            raise specs.SpecError(
+                f"with source, only format may be sent beside it (not {extra[0]!r})",
+                field=extra[0],
+            )
+        return form.validated_data["source"], form.validated_data.get("format")
+    return dict(data), None
+
+
+def _forget_key(body: dict) -> dict:
+    # The endpoint key is shown once and never stored, not even for an idempotent replay.
+    return {**body, "endpoint_key": None}
+
+
+@extend_schema(tags=["groups"])
+class GroupViewSet(
+    LookupMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Elastic groups: replicas of one image behind one endpoint, scaled by rules."""
+
+    scope_area = "instances"
+
+    noun = "group"
+    lookup_value_regex = UUID_RE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation
+            return Group.objects.none()
+        return groups_for(self.request.user)
+
+    def get_serializer_class(self):
+        return s.GroupSerializer if self.action == "list" else s.GroupDetailSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("name", str, description="Only the group of this name"),
+            OpenApiParameter(
+                "deleted", bool, description="Include deleted groups (default: false)"
+            ),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        queryset = self.get_queryset().annotate(
+            ready=Count(
+                "replicas",
+                filter=Q(replicas__status=InstanceStatus.RUNNING, replicas__group_role="serving"),
+            )
+        )
+        if request.query_params.get("deleted", "").lower() not in ("1", "true", "yes"):
+            queryset = queryset.exclude(status=Group.Status.DELETED)
+        if request.query_params.get("name"):
+            queryset = queryset.filter(name=request.query_params["name"])
+        page = self.paginate_queryset(queryset.order_by("name", "created_at"))
+        return self.get_paginated_response(s.GroupSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Create a group from a spec, or change what differs in yours of that name",
+        description="201 when the group is created (its endpoint_key is shown this once), 200 "
+        "when it changed or was already so (changes is then []). A spec with any problem is a "
+        "400 naming the field, and changes nothing.",
+        request=SPEC_BODY,
+        responses={201: s.GroupAppliedSerializer, 200: s.GroupAppliedSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        examples=SPEC_EXAMPLES,
+    )
+    @action(detail=False, methods=["post"], pagination_class=None)
+    @idempotent(redact=_forget_key)
+    def apply(self, request):
+        source, fmt = _spec_source(request.data)
+        applied = group_apply(user=request.user, source=source, fmt=fmt)
+        group = self.get_queryset().get(pk=applied.group.pk)
+        group.created = applied.created
+        group.changes = applied.changes
+        group.endpoint_key = applied.endpoint_key
+        return Response(
+            s.GroupAppliedSerializer(group, context=self.get_serializer_context()).data,
+            status=status.HTTP_201_CREATED if applied.created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(
+        summary="Check a spec and price it, creating nothing",
+        request=SPEC_BODY,
+        responses={200: s.GroupQuoteSerializer},
+        examples=SPEC_EXAMPLES,
+    )
+    @action(detail=False, methods=["post"], pagination_class=None)
+    def quote(self, request):
+        source, fmt = _spec_source(request.data)
+        spec = specs.check(specs.load(source, fmt))
+        # The apply's own catalog lookup, so a spec that quotes applies the same.
+        image, plan, port = _catalog(spec)
+        spec.port = port
+        exists = Group.objects.filter(
+            user=request.user, name=spec.name, status=Group.Status.ACTIVE
+        ).exists()
+        body = {
+            "name": spec.name,
+            "exists": exists,
+            "image": image.slug,
+            "instance_type": plan.gpu_model.short_name,
+            "port": port,
+            "spec": spec.as_dict(),
+            "price": s.group_price(
+                plan,
+                min_replicas=spec.min_replicas,
+                max_replicas=spec.max_replicas,
+                warm_pool_size=spec.warm_pool_size,
+            ),
+        }
+        return Response(s.GroupQuoteSerializer(body).data)
+
+    @extend_schema(
+        summary="The group's events (scaling decisions with their reasons), newest first",
+        responses={200: s.GroupEventSerializer(many=True)},
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        group = self.get_object()
+        page = self.paginate_queryset(group.events.order_by("-created_at", "-id"))
+        return self.get_paginated_response(s.GroupEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Delete the group: its replicas terminate, then it is gone",
+        description="202 while replicas are still terminating (status deleting), 200 once it "
+        "is deleted.",
+        request=None,
+        responses={202: s.GroupDetailSerializer, 200: s.GroupDetailSerializer},
+    )
+    def destroy(self, request, pk=None):
+        group = group_delete(group=self.get_object(), actor=request.user)
+        fresh = self.get_queryset().get(pk=group.pk)
+        done = fresh.status == Group.Status.DELETED
+        return Response(
+            s.GroupDetailSerializer(fresh, context=self.get_serializer_context()).data,
+            status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
+        )
