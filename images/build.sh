@@ -4,6 +4,7 @@
 #   1. gpurental/base:bookworm   Debian root filesystem from debootstrap, docker import
 #   2. var/images/wheels/jupyter  JupyterLab wheels, downloaded here with pip
 #   3. gpurental/jupyter-cpu:latest  docker build FROM the base, pip --no-index
+#   4. gpurental/serving-echo:latest elastic groups' echo server FROM the base (stdlib only)
 #
 # Every step is cached and skipped when its inputs are unchanged, so a second run
 # takes seconds. Inputs are hashed and the hash is stored as the image label
@@ -26,6 +27,7 @@ SUITE=bookworm
 BASE_TAG=gpurental/base:$SUITE
 BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,openssh-server
 JUPYTER_TAG=gpurental/jupyter-cpu:latest
+SERVING_TAG=gpurental/serving-echo:latest
 WHEELS="$CACHE/wheels/jupyter"
 # Wheels are chosen for the image's Python (Debian 12: CPython 3.11, glibc 2.36),
 # not for the machine that runs this script.
@@ -185,6 +187,29 @@ build_jupyter() {
     say "jupyter-cpu: $(docker image inspect --format '{{.Size}}' "$JUPYTER_TAG" | awk '{printf "%.0f MB", $1/1e6}')"
 }
 
+# --- 4. serving-echo --------------------------------------------------------
+
+serving_inputs_hash() {
+    {
+        docker image inspect --format '{{.Id}}' "$BASE_TAG"
+        find "$IMAGES/serving-echo" -type f -print0 | sort -z | xargs -0 sha256sum | cut -c1-64
+    } | hash_of
+}
+
+build_serving() {
+    local want log="$CACHE/serving-echo-build.log"
+    want=$(serving_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(image_label "$SERVING_TAG" gpurental.inputs)" = "$want" ]; then
+        say "serving-echo: $SERVING_TAG is up to date"
+        return
+    fi
+    # Its folder is the whole context (a Dockerfile and server.py): no wheels to add.
+    say "serving-echo: docker build → $SERVING_TAG"
+    docker build --label "gpurental.inputs=$want" -t "$SERVING_TAG" "$IMAGES/serving-echo" >"$log" 2>&1 \
+        || { tail -n 30 "$log" >&2; die "docker build failed; log: $log"; }
+    docker image prune --force --filter label=gpurental.image >/dev/null
+}
+
 timed() {
     local t0=$SECONDS
     "$@"
@@ -198,7 +223,8 @@ main() {
     timed build_base
     timed download_wheels
     timed build_jupyter
-    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG"
+    timed build_serving
+    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG"
 }
 
 main "$@"

@@ -110,6 +110,16 @@ IMAGES = [
         "cpu_image": "gpurental/jupyter-cpu:latest",
         "description": "For NVIDIA hosts; simulated hosts run the CPU JupyterLab image instead.",
     },
+    {
+        "slug": "serving-echo",
+        "name": "Serving echo (elastic groups)",
+        "image": "gpurental/serving-echo:latest",
+        "description": "A configurable-latency inference server for elastic groups: "
+        "/infer?ms=200 (busy=1 burns CPU, which the simulated GPU follows), /healthz, "
+        "/status. Built locally by `make images`.",
+        "port": 8000,
+        "http_ports": [8000],
+    },
 ]
 
 PLAN_SIZES = (1, 2, 4, 8)

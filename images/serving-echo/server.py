@@ -1,0 +1,207 @@
+"""gpurental's serving-echo replica: a small inference-shaped HTTP server (stdlib only).
+
+Endpoints (port SERVE_PORT, default 8000):
+
+- ``GET /healthz``: 200 ``ok`` while serving; 503 once it is shutting down. The group
+  endpoint's health check.
+- ``GET|POST /infer?ms=<latency>``: answers ``{"replica": hostname, "ms": latency,
+  "busy": bool}`` after ``ms`` milliseconds (default SERVE_LATENCY_MS, 200). With
+  ``?busy=1`` (or SERVE_BUSY=1) it burns CPU for that time instead of sleeping: the
+  platform's simulated GPU follows a container's CPU activity
+  (gpurental/agent/gpus/simulated.py), so busy requests raise the simulated GPU
+  utilisation and ``gpu_utilization`` scaling can be tested.
+- ``GET /status``: ``{"inflight": n, "busy": bool}`` (busy: a CPU-burning request runs).
+- ``GET /api/status``: 200 with ``Authorization: token $JUPYTER_TOKEN``, 403 otherwise.
+  This is the agent's readiness contract (gpurental/agent/runtimes/base.py,
+  ``wait_for_jupyter``): every instance image answers it with the run's token and refuses
+  it without, and the agent hands out no instance that does not. Without a token in the
+  environment it always answers 403.
+
+SIGTERM (``docker stop``, forwarded by tini): stop accepting connections, finish the
+requests in flight, exit 0.
+
+It runs as uid 1000 with every capability dropped and no-new-privileges, like any
+instance (the agent's hardening); it needs nothing more.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+MAX_LATENCY_MS = 600_000.0
+MAX_BODY = 16 * 1024 * 1024
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.inflight = 0
+        self.burning = 0
+        self.stopping = threading.Event()
+        self.idle = threading.Condition(self.lock)
+
+    def enter(self, busy: bool) -> None:
+        with self.lock:
+            self.inflight += 1
+            self.burning += busy
+
+    def leave(self, busy: bool) -> None:
+        with self.lock:
+            self.inflight -= 1
+            self.burning -= busy
+            if self.inflight == 0:
+                self.idle.notify_all()
+
+    def wait_idle(self) -> None:
+        with self.lock:
+            while self.inflight:
+                self.idle.wait()
+
+
+STATE = State()
+STATE_STARTED = time.time()
+HOSTNAME = socket.gethostname()
+
+
+def burn(seconds: float) -> None:
+    """Keep one CPU busy for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    x = 0
+    while time.monotonic() < deadline:
+        for i in range(10_000):
+            x += i * i
+    del x
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a gateway reuses its connections
+    server_version = "gpurental-serving-echo/1"
+    timeout = 75  # an idle kept-alive connection is closed after this
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        if os.environ.get("SERVE_ACCESS_LOG") == "1":
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if STATE.stopping.is_set():
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, data: dict) -> None:
+        self._send(status, json.dumps(data).encode() + b"\n")
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        path = urlsplit(self.path).path
+        if path == "/healthz":
+            if STATE.stopping.is_set():
+                self._send(503, b"stopping\n", "text/plain")
+            else:
+                self._send(200, b"ok\n", "text/plain")
+        elif path == "/status":
+            with STATE.lock:
+                status = {"inflight": STATE.inflight, "busy": STATE.burning > 0}
+            self._json(200, status)
+        elif path == "/api/status":
+            self._api_status()
+        elif path == "/infer":
+            self._infer()
+        else:
+            self._json(404, {"error": f"no such path: {path}; try /infer?ms=200"})
+
+    do_HEAD = do_GET  # noqa: N815
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self._json(413, {"error": f"body over {MAX_BODY} bytes"})
+            return
+        body = self.rfile.read(length) if length else b""
+        if urlsplit(self.path).path != "/infer":
+            self._json(404, {"error": "POST goes to /infer"})
+            return
+        self._infer(len(body))
+
+    def _api_status(self) -> None:
+        token = os.environ.get("JUPYTER_TOKEN", "")
+        sent = self.headers.get("Authorization", "")
+        if token and hmac.compare_digest(sent.encode(), f"token {token}".encode()):
+            self._json(200, {"started": STATE_STARTED, "inflight": STATE.inflight})
+        else:
+            self._json(403, {"error": "forbidden"})
+
+    def _infer(self, body_bytes: int = 0) -> None:
+        query = parse_qs(urlsplit(self.path).query)
+        try:
+            ms = float(query.get("ms", [os.environ.get("SERVE_LATENCY_MS", "200")])[0])
+        except ValueError:
+            self._json(400, {"error": "ms: a number of milliseconds, e.g. ms=200"})
+            return
+        if not 0 <= ms <= MAX_LATENCY_MS:
+            self._json(400, {"error": f"ms: between 0 and {MAX_LATENCY_MS:.0f}"})
+            return
+        busy_flag = query.get("busy", [os.environ.get("SERVE_BUSY", "0")])[0]
+        busy = busy_flag.lower() in ("1", "true", "yes")
+        STATE.enter(busy)
+        try:
+            if busy:
+                burn(ms / 1000)
+            else:
+                time.sleep(ms / 1000)
+            self._json(200, {"replica": HOSTNAME, "ms": ms, "busy": busy, "bytes": body_bytes})
+        finally:
+            STATE.leave(busy)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True  # idle kept-alive connections do not hold the exit
+    allow_reuse_address = True
+
+
+def main() -> int:
+    port = int(os.environ.get("SERVE_PORT", "8000"))
+    server = Server(("0.0.0.0", port), Handler)  # noqa: S104 - inside the container
+
+    def stop(signum, frame):
+        if STATE.stopping.is_set():
+            return
+        STATE.stopping.set()
+        # shutdown() waits for serve_forever to return: not from the thread that runs it.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"serving-echo: {HOSTNAME} on :{port}", flush=True)
+    server.serve_forever(poll_interval=0.2)
+    server.socket.close()  # no new connections from here on
+    with STATE.lock:
+        left = STATE.inflight
+    print(f"serving-echo: stopping; finishing {left} request(s) in flight", flush=True)
+    STATE.wait_idle()
+    print("serving-echo: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
