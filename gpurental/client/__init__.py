@@ -5,6 +5,7 @@
     instance = client.create_instance(gpu_type="A10G", framework="pytorch-2.1",
                                       model_repo="huggingface")
     instance.connect()   # waits until running, returns the JupyterLab URL
+    group = client.create_group(open("group.hcl").read(), format="hcl")  # elastic group
 
 The command line is ``gpurental`` (``gpurental.client.cli``).
 """
@@ -26,6 +27,7 @@ from gpurental.client.errors import (
     Timeout,
     ValidationError,
 )
+from gpurental.client.groups import Group, GroupEvent
 from gpurental.client.models import STATUSES, Instance, InstanceEvent, Reservation
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "Conflict",
     "ConnectionError",
     "GpuRentalError",
+    "Group",
+    "GroupEvent",
     "Instance",
     "InstanceEvent",
     "Reservation",

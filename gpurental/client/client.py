@@ -36,6 +36,7 @@ from gpurental.client.errors import (
     Timeout,
     ValidationError,
 )
+from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
 from gpurental.client.sshkeys import SSHKeys
 
@@ -62,7 +63,7 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-class Client:
+class Client(GroupsMixin):
     """A connection to one gpurental server with one API key.
 
     ``api_key`` and ``base_url`` default to ``GPURENTAL_API_KEY`` / ``GPURENTAL_URL``,

@@ -20,6 +20,9 @@
     gpurental usage [--month YYYY-MM] [--csv]
     gpurental invoices
     gpurental invoice ID [--pdf FILE | --csv FILE]
+    gpurental group apply FILE [--format json|yaml|hcl]   (FILE: .json .yaml .yml .hcl .tf, - stdin)
+    gpurental group quote FILE [--format json|yaml|hcl]
+    gpurental group ls | group show ID_OR_NAME | group delete ID_OR_NAME [--yes]
 
 Times are ISO 8601 (2026-12-03T10:00Z); without an offset, they are your local time.
 Every command takes --json: machine-readable JSON on stdout and nothing else there.
@@ -49,7 +52,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpurental import __version__
-from gpurental.client.cli import account, billing, instances, reservations, ssh
+from gpurental.client.cli import account, billing, groups, instances, reservations, ssh
 from gpurental.client.cli.args import Handler
 from gpurental.client.cli.exit_codes import (
     AUTH,
@@ -126,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # In this order in `gpurental --help`.
-    for group in (account, instances, ssh, reservations, billing):
+    for group in (account, instances, ssh, reservations, groups, billing):
         group.add_commands(command)
     return parser
 
