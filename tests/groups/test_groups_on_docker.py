@@ -1,0 +1,211 @@
+"""Elastic groups for real: the gateway process, the control worker, the host agent, the
+Docker Engine and the serving-echo image. Requests go through the group's endpoint
+(``grp-<id>.gw.localhost``) with the owner's API key; the autoscaler ticks every half
+second in a thread of the test (what celery beat does every GROUP_TICK_S), and the
+gateway's wake-ups run it at once in the control worker.
+
+Each test prints how long the step it measures took; the timing goals live in
+bench/elastic.py, not here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from gpurental.accounts.services import api_key_create
+from gpurental.groups import services
+from gpurental.groups.models import Group
+from gpurental.rentals.models import Instance
+from gpurental.testing.agent_process import wait_for
+from tests.factories import ImageTemplateFactory
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+SERVING_IMAGE = "gpurental/serving-echo:latest"
+
+
+@pytest.fixture
+def serving(catalog, docker_client):
+    try:
+        docker_client.images.get(SERVING_IMAGE)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"{SERVING_IMAGE} is not built; run `make images`")
+    return ImageTemplateFactory(
+        slug="serving-echo", image=SERVING_IMAGE, port=8000, http_ports=[8000]
+    )
+
+
+class Ticker(threading.Thread):
+    """The autoscaler's beat, every half second, for one group."""
+
+    def __init__(self, group_id):
+        super().__init__(daemon=True)
+        self.group_id, self.halt, self.errors = group_id, threading.Event(), []
+
+    def run(self):
+        from django.db import connection
+
+        try:
+            while not self.halt.wait(0.5):
+                try:
+                    services.group_tick(group_id=self.group_id)
+                except Exception as exc:  # noqa: BLE001 - reported by stop()
+                    self.errors.append(exc)
+        finally:
+            connection.close()
+
+    def stop(self):
+        self.halt.set()
+        self.join(10)
+        assert not self.errors, self.errors
+
+
+class Endpoint:
+    def __init__(self, gateway: str, group: Group, key: str, port: int):
+        self.url, self.key = gateway, key
+        self.host = f"grp-{group.pk}.gw.localhost:{port}"
+
+    def infer(self, ms: int = 200, busy: bool = False, timeout: float = 120) -> requests.Response:
+        return requests.get(
+            f"{self.url}/infer",
+            params={"ms": ms, **({"busy": 1} if busy else {})},
+            headers={"Host": self.host, "Authorization": f"Bearer {self.key}"},
+            timeout=timeout,
+        )
+
+
+@pytest.fixture
+def make_group(alice, serving, gateway, gateway_port, agent, control_worker):
+    made = []
+    key = api_key_create(user=alice, name="endpoint")[1]
+
+    def make(**spec):
+        body = {"name": "inference", "instance_type": "A10G", "image": "serving-echo", **spec}
+        group = services.group_apply(user=alice, source=body).group
+        ticker = Ticker(group.pk)
+        ticker.start()
+        made.append((group, ticker))
+        return group, Endpoint(gateway, group, key, gateway_port), ticker
+
+    yield make
+    for group, ticker in made:
+        ticker.stop()
+        services.group_delete(group=group)
+
+
+def replicas(group, **filters):
+    return list(Instance.objects.filter(group=group, **filters).order_by("created_at"))
+
+
+def reasons(group, kind):
+    return list(group.events.filter(kind=kind).values_list("reason", flat=True))
+
+
+def test_from_zero_requests_wait_then_a_queue_scales_out_then_a_drain_loses_nothing(make_group):
+    group, endpoint, _ = make_group(
+        min_nodes=0,
+        max_nodes=2,
+        max_concurrency=1,
+        scaling_metrics={"metric": "queue", "threshold": 1},
+        cooldown={"scale_up": 0, "scale_down": 0},
+    )
+    # At zero replicas: the request is held while one starts, then served.
+    started = time.monotonic()
+    first = endpoint.infer(ms=50)
+    print(f"\nscale from zero: the first request answered after {time.monotonic() - started:.1f} s")
+    assert first.status_code == 200, first.text
+    assert reasons(group, "scaled")[0].startswith("0 → 1: "), reasons(group, "scaled")
+
+    # Six slow requests at once, one at a time per replica: the queue asks for a second.
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: endpoint.infer(ms=2500), range(6)))
+    assert [a.status_code for a in answers] == [200] * 6
+    served_by = {a.json()["replica"] for a in answers}
+    assert len(served_by) == 2, served_by
+    assert any("1 → 2: queue" in r or "burst" in r for r in reasons(group, "scaled")), reasons(
+        group, "scaled"
+    )
+
+    # Scale in to one while both replicas have a request in flight: nothing is lost.
+    wait_for(
+        lambda: len(replicas(group, group_role="serving", status="running")) == 2, 30, "2 ready"
+    )
+    with ThreadPoolExecutor(2) as pool:
+        inflight = [pool.submit(endpoint.infer, 4000) for _ in range(2)]
+        time.sleep(1.0)
+        services.group_apply(
+            user=group.user,
+            source={**group.spec, "max_nodes": 1, "min_nodes": 0},
+        )
+        results = [f.result() for f in inflight]
+    assert [r.status_code for r in results] == [200, 200]
+    wait_for(
+        lambda: any("drained: terminated" in r for r in reasons(group, "replica")), 30, "drained"
+    )
+    assert len(replicas(group, group_role="serving", status="running")) == 1
+    assert endpoint.infer(ms=10).status_code == 200
+
+
+def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group):
+    group, endpoint, _ = make_group(
+        min_nodes=0,
+        max_nodes=1,
+        warm_pool={"size": 1},
+        scaling_metrics={"metric": "queue", "threshold": 1},
+        cooldown={"scale_up": 0, "scale_down": 600},
+    )
+    wait_for(
+        lambda: len(replicas(group, group_role="warm", status="stopped")) == 1,
+        60,
+        "a parked warm replica",
+    )
+    (warm,) = replicas(group, group_role="warm")
+    started = time.monotonic()
+    answer = endpoint.infer(ms=50)
+    print(f"\nwarm promotion: the request answered after {time.monotonic() - started:.1f} s")
+    assert answer.status_code == 200, answer.text
+    serving = replicas(group, group_role="serving")
+    assert [r.pk for r in serving] == [warm.pk]
+    assert any("promoted from the warm pool" in r for r in reasons(group, "replica"))
+    # The pool refills in the background: a new replica is started once, then parked.
+    wait_for(
+        lambda: len(replicas(group, group_role="warm", status="stopped")) == 1,
+        60,
+        "the pool refilled",
+    )
+    assert replicas(group, group_role="warm")[0].pk != warm.pk
+
+
+def test_simulated_gpu_utilisation_scales_out(make_group):
+    group, endpoint, _ = make_group(
+        min_nodes=1,
+        max_nodes=2,
+        max_concurrency=4,
+        scaling_metrics={"metric": "gpu_utilization", "threshold": 40},
+        cooldown={"scale_up": 0, "scale_down": 600},
+    )
+    wait_for(lambda: len(replicas(group, status="running")) == 1, 60, "the first replica")
+    halt = threading.Event()
+
+    def busy():
+        while not halt.is_set():
+            endpoint.infer(ms=1000, busy=True)
+
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(2):
+            pool.submit(busy)
+        try:
+            wait_for(
+                lambda: any("GPU utilisation" in r for r in reasons(group, "scaled")),
+                90,
+                "a scale-out on GPU utilisation",
+            )
+        finally:
+            halt.set()
+    (reason,) = [r for r in reasons(group, "scaled") if "GPU utilisation" in r]
+    assert reason.startswith("1 → 2: GPU utilisation") and "> 40 %" in reason
+    assert len(replicas(group, group_role="serving")) == 2
