@@ -33,12 +33,6 @@ def is_amqp(broker_url: str) -> bool:
     return broker_url.startswith(("amqp://", "amqps://", "pyamqp://"))
 
 
-def redis_url_of(broker_url: str) -> str:
-    if broker_url.startswith("redis+socket://"):
-        return "unix://" + broker_url[len("redis+socket://") :]
-    return broker_url
-
-
 def _sent_at(raw: bytes) -> float | None:
     try:
         sent = json.loads(raw).get("headers", {}).get(HEADER_SENT_AT)
@@ -48,18 +42,17 @@ def _sent_at(raw: bytes) -> float | None:
 
 
 def redis_queues(broker_url: str, queues: list[str], *, now: float) -> list[QueueState]:
-    import redis
+    from kombu import Connection
 
-    r = redis.Redis.from_url(redis_url_of(broker_url), socket_timeout=2)
-    try:
-        pipe = r.pipeline(transaction=False)
+    # kombu's own client: the database it really uses (it reads redis+socket:// URLs its
+    # own way).
+    with Connection(broker_url, connect_timeout=2) as conn:
+        pipe = conn.default_channel.client.pipeline(transaction=False)
         for queue in queues:
             for suffix in PRIORITY_SUFFIXES:
                 pipe.llen(queue + suffix)
                 pipe.lindex(queue + suffix, -1)
         replies = pipe.execute()
-    finally:
-        r.close()
     states = []
     step = 2 * len(PRIORITY_SUFFIXES)
     for i, queue in enumerate(queues):
