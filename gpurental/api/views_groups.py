@@ -18,6 +18,7 @@ from gpurental.api.idempotency import idempotent
 from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
 from gpurental.groups import specs
 from gpurental.groups.models import Group
+from gpurental.groups.selectors import groups_visible_to
 from gpurental.groups.services import _catalog, group_apply, group_delete
 from gpurental.rentals.models import InstanceStatus
 
@@ -64,12 +65,6 @@ SPEC_BODY = {
 }
 
 
-def groups_for(user):
-    """The groups ``user`` may see (staff: all)."""
-    queryset = Group.objects.select_related("image", "plan__gpu_model", "user")
-    return queryset if user.is_staff else queryset.filter(user=user)
-
-
 def _spec_source(data) -> tuple[dict | str, str | None]:
     """The request body → (a spec dict, or text and its format)."""
     if not isinstance(data, dict):
@@ -106,7 +101,7 @@ class GroupViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Group.objects.none()
-        return groups_for(self.request.user)
+        return groups_visible_to(user=self.request.user)
 
     def get_serializer_class(self):
         return s.GroupSerializer if self.action == "list" else s.GroupDetailSerializer

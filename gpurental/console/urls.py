@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from gpurental.console import views, views_sshkeys
+from gpurental.console import views, views_groups, views_sshkeys
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -63,6 +63,10 @@ urlpatterns = [
         views.reservation_relaunch_view,
         name="reservation_relaunch",
     ),
+    path("groups/", views_groups.group_list, name="groups"),
+    path("groups/<uuid:group_id>/", views_groups.group_detail, name="group"),
+    path("groups/<uuid:group_id>/samples/", views_groups.group_samples, name="group_samples"),
+    path("groups/<uuid:group_id>/delete/", views_groups.group_delete_view, name="group_delete"),
     path("staff/fleet/", views.fleet, name="fleet"),
     path("staff/fleet/tables/", views.fleet_hosts, name="fleet_tables"),
     path("staff/revenue/", views.revenue, name="revenue"),

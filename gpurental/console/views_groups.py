@@ -1,0 +1,195 @@
+"""Elastic groups in the console: the list with a spec form (quote first, then apply),
+a group's page (replicas, events, live charts) and the samples its charts poll."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.http import require_POST
+
+from gpurental.api.serializers_groups import group_price, replica_rows
+from gpurental.gateway import routes
+from gpurental.groups import specs
+from gpurental.groups.models import Group
+from gpurental.groups.selectors import groups_visible_to
+from gpurental.groups.services import _catalog, group_apply, group_delete
+from gpurental.rentals.models import InstanceStatus
+
+FORMATS = (("hcl", "HCL"), ("yaml", "YAML"), ("json", "JSON"))
+EXAMPLE = """resource "elastic_gpu" "inference" {
+  min_nodes     = 1
+  max_nodes     = 10
+  scaling_metrics {
+    metric = "gpu_utilization"
+    threshold = 70
+  }
+  warm_pool {
+    size = 2
+    instance_type = "A10"
+  }
+}
+"""
+CHART_WINDOW = timedelta(minutes=30)
+SAMPLE_FIELDS = (
+    "at",
+    "ready",
+    "provisioning",
+    "warm",
+    "rps",
+    "inflight",
+    "queued",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "errors",
+    "gpu_util",
+)
+
+
+def _quote(source: str, fmt: str) -> dict:
+    """The spec checked against the catalog and priced, as apply would see it."""
+    spec = specs.check(specs.load(source, fmt))
+    image, plan, port = _catalog(spec)
+    return {
+        "name": spec.name,
+        "image": image,
+        "plan": plan,
+        "port": port,
+        "spec": spec,
+        "price": group_price(
+            plan,
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            warm_pool_size=spec.warm_pool_size,
+        ),
+    }
+
+
+@login_required
+def group_list(request):
+    source = request.POST.get("source", EXAMPLE)
+    fmt = request.POST.get("format", "hcl")
+    if fmt not in dict(FORMATS):
+        fmt = "hcl"
+    quote = error = created = None
+    if request.method == "POST":
+        try:
+            if "apply" in request.POST:
+                # The service locks the user's row by its model: the user itself, not the lazy proxy.
+                user = get_user_model().objects.get(pk=request.user.pk)
+                applied = group_apply(user=user, source=source, fmt=fmt)
+                if not applied.created:
+                    what = "; ".join(applied.changes) if applied.changes else "unchanged"
+                    messages.success(request, f"Group {applied.group.name}: {what}.")
+                    return redirect("group", group_id=applied.group.pk)
+                created = {
+                    "group": applied.group,
+                    "key": applied.endpoint_key,
+                    "url": routes.group_origin(applied.group.pk),
+                }
+            else:
+                quote = _quote(source, fmt)
+        except specs.SpecError as exc:
+            error = {"field": exc.field, "message": exc.message}
+    groups = (
+        groups_visible_to(user=request.user)
+        .exclude(status=Group.Status.DELETED)
+        .annotate(
+            ready=Count(
+                "replicas",
+                filter=Q(replicas__status=InstanceStatus.RUNNING, replicas__group_role="serving"),
+            )
+        )
+        .order_by("name", "created_at")
+    )
+    return render(
+        request,
+        "console/groups.html",
+        {
+            "groups": groups,
+            "source": source,
+            "format": fmt,
+            "formats": FORMATS,
+            "quote": quote,
+            "error": error,
+            "created": created,
+            "currency": settings.BILLING_CURRENCY,
+        },
+    )
+
+
+def _group_or_404(request, group_id) -> Group:
+    group = groups_visible_to(user=request.user).filter(pk=group_id).first()
+    if group is None:
+        raise Http404("No such group.")
+    return group
+
+
+@login_required
+def group_detail(request, group_id):
+    group = _group_or_404(request, group_id)
+    return render(
+        request,
+        "console/group.html",
+        {
+            "group": group,
+            "replicas": replica_rows(group),
+            "events": group.events.order_by("-created_at", "-id")[:100],
+            "load": group.samples.order_by("-at").first(),
+            "rules": group.rules.all(),
+            "endpoint_url": routes.group_origin(group.pk),
+            "price": group_price(
+                group.plan,
+                min_replicas=group.min_replicas,
+                max_replicas=group.max_replicas,
+                warm_pool_size=group.warm_pool_size,
+            ),
+            "currency": settings.BILLING_CURRENCY,
+        },
+    )
+
+
+@login_required
+def group_samples(request, group_id):
+    """The load samples of the last 30 minutes (or those after ``?after=<ISO time>``), for
+    the page's charts, with the replicas' current states."""
+    group = _group_or_404(request, group_id)
+    since = timezone.now() - CHART_WINDOW
+    after = request.GET.get("after")
+    samples = group.samples.filter(at__gte=since)
+    if after:
+        moment = parse_datetime(after)
+        if moment is None:
+            return JsonResponse({"error": f"after: {after!r} is not an ISO 8601 time"}, status=400)
+        samples = samples.filter(at__gt=moment)
+    rows = list(samples.order_by("at").values(*SAMPLE_FIELDS)[:2000])
+    for row in rows:  # to the microsecond: ?after= must not return the last one again
+        row["at"] = row["at"].isoformat()
+    replicas = [
+        {"id": str(r["id"]), "status": r["status"], "role": r["role"], "host": r["host"]}
+        for r in replica_rows(group)
+    ]
+    return JsonResponse(
+        {"status": group.status, "samples": rows, "replicas": replicas},
+        json_dumps_params={"separators": (",", ":")},
+    )
+
+
+@login_required
+@require_POST
+def group_delete_view(request, group_id):
+    group = _group_or_404(request, group_id)
+    group = group_delete(group=group, actor=request.user)
+    if group.status == Group.Status.DELETED:
+        messages.success(request, f"Group {group.name} deleted.")
+    else:
+        messages.success(request, f"Group {group.name} is being deleted: its replicas terminate.")
+    return redirect("groups")
