@@ -61,8 +61,8 @@ AUTH_CACHE_MAX = 10_000
 CONNECT_RETRIES = 2  # a replica that refuses the connection: try another this many times
 CHUNK = 64 * 1024
 
-# Not forwarded: hop-by-hop headers, and what only the platform may say to a replica.
-DROPPED = frozenset(
+# Hop-by-hop headers: never passed on, either way (the instance gateway's too).
+HOP_BY_HOP = frozenset(
     {
         "connection",
         "keep-alive",
@@ -73,30 +73,20 @@ DROPPED = frozenset(
         "trailers",
         "transfer-encoding",
         "upgrade",
-        "authorization",
-        "host",
-        "content-length",
-        "forwarded",
-        "x-forwarded-for",
-        "x-forwarded-host",
-        "x-forwarded-proto",
-        "x-real-ip",
     }
 )
-RESPONSE_DROPPED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "set-cookie",  # no cookies on the API host
-    }
-)
+# Not forwarded to a replica: what only the platform may say. Content-Length is kept: the
+# body goes on with its length, not re-chunked (http.server, for one, reads no chunks).
+DROPPED = HOP_BY_HOP | {
+    "authorization",
+    "host",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+}
+RESPONSE_DROPPED = HOP_BY_HOP | {"set-cookie"}  # no cookies on the API host
 
 
 def parse_group_host(host: str, domain: str) -> str | None:

@@ -42,23 +42,11 @@ from django.db import close_old_connections
 from multidict import CIMultiDict
 
 from gpurental.gateway import groups, routes, tickets
+from gpurental.gateway.groups import HOP_BY_HOP
 from gpurental.gateway.routes import Address, Route
 
 log = logging.getLogger("gpurental.gateway")
 
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 # Only the platform may say these to an instance.
 PLATFORM_ONLY = frozenset(
     {

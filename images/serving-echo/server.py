@@ -133,15 +133,37 @@ class Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET  # noqa: N815
 
     def do_POST(self):  # noqa: N802
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = self._read_chunked()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if 0 < length <= MAX_BODY else b""
+            if length > MAX_BODY:
+                self.close_connection = True  # the rest of the body is not read
+                body = None
+        if body is None:
             self._json(413, {"error": f"body over {MAX_BODY} bytes"})
             return
-        body = self.rfile.read(length) if length else b""
         if urlsplit(self.path).path != "/infer":
             self._json(404, {"error": "POST goes to /infer"})
             return
         self._infer(len(body))
+
+    def _read_chunked(self) -> bytes | None:
+        """A chunked request body (None when it is over MAX_BODY)."""
+        parts, size = [], 0
+        while True:
+            length = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if length == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            size += length
+            if size > MAX_BODY:
+                self.close_connection = True
+                return None
+            parts.append(self.rfile.read(length))
+            self.rfile.readline()  # the CRLF after each chunk
 
     def _api_status(self) -> None:
         token = os.environ.get("JUPYTER_TOKEN", "")

@@ -233,6 +233,7 @@ def test_only_the_owner_s_key_or_the_endpoint_key_opens_the_group(group, alice_k
                 sent = upstream.seen[0]
                 assert sent["method"] == "POST" and sent["path"] == "/work?x=1"
                 assert sent["headers"]["X-Custom"] == "yes"
+                assert sent["headers"]["Content-Length"] == "7"  # not re-chunked
                 assert "Authorization" not in sent["headers"]  # the key stays at the gateway
                 assert "Authorization" not in upstream.seen[1]["headers"]
                 assert sent["headers"]["X-Forwarded-Host"] == f"grp-{group.pk}.{DOMAIN}"
