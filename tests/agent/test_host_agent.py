@@ -60,6 +60,8 @@ def start(agent, started, spec) -> None:
             "memory_mb": spec.memory_mb,
             "pids_limit": spec.pids_limit,
             "container_port": spec.container_port,
+            "http_ports": list(spec.http_ports),
+            "ssh": None,
             "env": dict(spec.env),
             "mount_model_cache": False,
             "command": list(spec.command),
