@@ -24,6 +24,20 @@ WARM_REPLICA_NOTE = (
 )
 FORMATS = ("json", "yaml", "hcl")
 RECENT_EVENTS = 20
+# The source article's example, as written: the API's example and the console's first spec.
+EXAMPLE_HCL = """resource "elastic_gpu" "inference" {
+  min_nodes     = 1
+  max_nodes     = 10
+  scaling_metrics {
+    metric = "gpu_utilization"
+    threshold = 70
+  }
+  warm_pool {
+    size = 2
+    instance_type = "A10"
+  }
+}
+"""
 
 
 # --- requests -----------------------------------------------------------------

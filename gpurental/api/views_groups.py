@@ -7,7 +7,6 @@ the ``instances`` scope to change them (``read`` to look).
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -18,23 +17,9 @@ from gpurental.api.idempotency import idempotent
 from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
 from gpurental.groups import specs
 from gpurental.groups.models import Group
-from gpurental.groups.selectors import groups_visible_to
-from gpurental.groups.services import _catalog, group_apply, group_delete
-from gpurental.rentals.models import InstanceStatus
+from gpurental.groups.selectors import group_quote, groups_visible_to
+from gpurental.groups.services import group_apply, group_delete
 
-ARTICLE_HCL = """resource "elastic_gpu" "inference" {
-  min_nodes     = 1
-  max_nodes     = 10
-  scaling_metrics {
-    metric = "gpu_utilization"
-    threshold = 70
-  }
-  warm_pool {
-    size = 2
-    instance_type = "A10"
-  }
-}
-"""
 SPEC_EXAMPLES = [
     OpenApiExample(
         "A spec (JSON)",
@@ -50,7 +35,7 @@ SPEC_EXAMPLES = [
     ),
     OpenApiExample(
         "The article's HCL, as text",
-        value={"format": "hcl", "source": ARTICLE_HCL},
+        value={"format": "hcl", "source": s.EXAMPLE_HCL},
         request_only=True,
     ),
 ]
@@ -115,12 +100,7 @@ class GroupViewSet(
         ]
     )
     def list(self, request, *args, **kwargs):
-        queryset = self.get_queryset().annotate(
-            ready=Count(
-                "replicas",
-                filter=Q(replicas__status=InstanceStatus.RUNNING, replicas__group_role="serving"),
-            )
-        )
+        queryset = groups_visible_to(user=request.user, with_ready=True)
         if request.query_params.get("deleted", "").lower() not in ("1", "true", "yes"):
             queryset = queryset.exclude(status=Group.Status.DELETED)
         if request.query_params.get("name"):
@@ -161,19 +141,14 @@ class GroupViewSet(
     @action(detail=False, methods=["post"], pagination_class=None)
     def quote(self, request):
         source, fmt = _spec_source(request.data)
-        spec = specs.check(specs.load(source, fmt))
-        # The apply's own catalog lookup, so a spec that quotes applies the same.
-        image, plan, port = _catalog(spec)
-        spec.port = port
-        exists = Group.objects.filter(
-            user=request.user, name=spec.name, status=Group.Status.ACTIVE
-        ).exists()
+        quote = group_quote(user=request.user, source=source, fmt=fmt)
+        spec, plan = quote.spec, quote.plan
         body = {
             "name": spec.name,
-            "exists": exists,
-            "image": image.slug,
+            "exists": quote.exists,
+            "image": quote.image.slug,
             "instance_type": plan.gpu_model.short_name,
-            "port": port,
+            "port": spec.port,
             "spec": spec.as_dict(),
             "price": s.group_price(
                 plan,

@@ -9,73 +9,51 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
-from gpurental.api.serializers_groups import group_price, replica_rows
+from gpurental.api.serializers_groups import (
+    EXAMPLE_HCL,
+    LoadSampleSerializer,
+    group_price,
+    replica_rows,
+)
 from gpurental.gateway import routes
 from gpurental.groups import specs
 from gpurental.groups.models import Group
-from gpurental.groups.selectors import groups_visible_to
-from gpurental.groups.services import _catalog, group_apply, group_delete
-from gpurental.rentals.models import InstanceStatus
+from gpurental.groups.selectors import group_quote, groups_visible_to
+from gpurental.groups.services import group_apply, group_delete
 
 FORMATS = (("hcl", "HCL"), ("yaml", "YAML"), ("json", "JSON"))
-EXAMPLE = """resource "elastic_gpu" "inference" {
-  min_nodes     = 1
-  max_nodes     = 10
-  scaling_metrics {
-    metric = "gpu_utilization"
-    threshold = 70
-  }
-  warm_pool {
-    size = 2
-    instance_type = "A10"
-  }
-}
-"""
 CHART_WINDOW = timedelta(minutes=30)
-SAMPLE_FIELDS = (
-    "at",
-    "ready",
-    "provisioning",
-    "warm",
-    "rps",
-    "inflight",
-    "queued",
-    "latency_p50_ms",
-    "latency_p99_ms",
-    "errors",
-    "gpu_util",
-)
 
 
-def _quote(source: str, fmt: str) -> dict:
-    """The spec checked against the catalog and priced, as apply would see it."""
-    spec = specs.check(specs.load(source, fmt))
-    image, plan, port = _catalog(spec)
+def _quote(*, user, source: str, fmt: str) -> dict:
+    quote = group_quote(user=user, source=source, fmt=fmt)
+    spec = quote.spec
+    price = group_price(
+        quote.plan,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        warm_pool_size=spec.warm_pool_size,
+    )
     return {
         "name": spec.name,
-        "image": image,
-        "plan": plan,
-        "port": port,
         "spec": spec,
-        "price": group_price(
-            plan,
-            min_replicas=spec.min_replicas,
-            max_replicas=spec.max_replicas,
-            warm_pool_size=spec.warm_pool_size,
-        ),
+        "image": quote.image,
+        "plan": quote.plan,
+        "port": spec.port,
+        "exists": quote.exists,
+        "price": price,
     }
 
 
 @login_required
 def group_list(request):
-    source = request.POST.get("source", EXAMPLE)
+    source = request.POST.get("source", EXAMPLE_HCL)
     fmt = request.POST.get("format", "hcl")
     if fmt not in dict(FORMATS):
         fmt = "hcl"
@@ -96,18 +74,12 @@ def group_list(request):
                     "url": routes.group_origin(applied.group.pk),
                 }
             else:
-                quote = _quote(source, fmt)
+                quote = _quote(user=request.user, source=source, fmt=fmt)
         except specs.SpecError as exc:
             error = {"field": exc.field, "message": exc.message}
     groups = (
-        groups_visible_to(user=request.user)
+        groups_visible_to(user=request.user, with_ready=True)
         .exclude(status=Group.Status.DELETED)
-        .annotate(
-            ready=Count(
-                "replicas",
-                filter=Q(replicas__status=InstanceStatus.RUNNING, replicas__group_role="serving"),
-            )
-        )
         .order_by("name", "created_at")
     )
     return render(
@@ -170,9 +142,8 @@ def group_samples(request, group_id):
         if moment is None:
             return JsonResponse({"error": f"after: {after!r} is not an ISO 8601 time"}, status=400)
         samples = samples.filter(at__gt=moment)
-    rows = list(samples.order_by("at").values(*SAMPLE_FIELDS)[:2000])
-    for row in rows:  # to the microsecond: ?after= must not return the last one again
-        row["at"] = row["at"].isoformat()
+    # Times to the microsecond (DRF's isoformat): ?after= must not return the last one again.
+    rows = LoadSampleSerializer(samples.order_by("at")[:2000], many=True).data
     replicas = [
         {"id": str(r["id"]), "status": r["status"], "role": r["role"], "host": r["host"]}
         for r in replica_rows(group)
