@@ -270,6 +270,63 @@ def task_families() -> list[Metric]:
     return [runs, failures, duration, sockets]
 
 
+def group_families() -> list[Metric]:
+    """Elastic groups: replicas by role, and what each group's endpoint measured over the
+    last minute (gpurental/groups/load.py, written by every gateway process)."""
+    from gpurental.groups.load import load_of
+    from gpurental.groups.models import Group
+
+    labels = ["group_id", "customer"]
+    replicas = GaugeMetricFamily(
+        "gpurental_group_replicas",
+        "Replicas of an elastic group by role (serving, warm, draining) and state.",
+        labels=[*labels, "role", "status"],
+    )
+    rps = GaugeMetricFamily(
+        "gpurental_group_requests_per_second", "Requests answered per second (60 s).", labels=labels
+    )
+    p50 = GaugeMetricFamily(
+        "gpurental_group_latency_p50_seconds", "Request latency, median (60 s).", labels=labels
+    )
+    p99 = GaugeMetricFamily(
+        "gpurental_group_latency_p99_seconds",
+        "Request latency, 99th percentile (60 s).",
+        labels=labels,
+    )
+    queued = GaugeMetricFamily(
+        "gpurental_group_queued_requests", "Requests waiting for a replica now.", labels=labels
+    )
+    errors = GaugeMetricFamily(
+        "gpurental_group_errors", "Failed or refused requests in the last 60 s.", labels=labels
+    )
+    families = [replicas, rps, p50, p99, queued, errors]
+    groups = Group.objects.exclude(status=Group.Status.DELETED).values_list("pk", "user_id")
+    for group_id, user_id in groups:
+        key = [str(group_id), str(user_id)]
+        by_role = (
+            Instance.objects.filter(group_id=group_id)
+            .exclude(status=InstanceStatus.TERMINATED)
+            .order_by()
+            .values_list("group_role", "status")
+            .annotate(n=Count("id"))
+        )
+        for role, status, n in by_role:
+            replicas.add_metric([*key, role, status], n)
+        try:
+            load = load_of(group_id)
+        except Exception:  # noqa: BLE001 - Redis down: the replica counts still stand
+            log.warning("cannot read the load of group %s from Redis", group_id, exc_info=True)
+            continue
+        rps.add_metric(key, round(load.rps, 3))
+        queued.add_metric(key, load.queued_now)
+        errors.add_metric(key, load.errors)
+        if load.p50_ms is not None:
+            p50.add_metric(key, round(load.p50_ms / 1000, 6))
+        if load.p99_ms is not None:
+            p99.add_metric(key, round(load.p99_ms / 1000, 6))
+    return families
+
+
 class PlatformCollector:
     def collect(self) -> Iterator[Metric]:
         now = time.time()
@@ -278,6 +335,7 @@ class PlatformCollector:
         yield from fleet_families()
         yield from queue_families(now=now)
         yield from task_families()
+        yield from group_families()
 
 
 def render() -> bytes:

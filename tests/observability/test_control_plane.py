@@ -159,3 +159,32 @@ def test_the_broker_url_decides_how_queues_are_read():
     assert queues.is_amqp("amqp://u:p@h//") and not queues.is_amqp(
         django_settings.CELERY_BROKER_URL
     )
+
+
+def test_a_groups_replicas_and_its_endpoints_load_are_series(client, carol, alice, a100, make_host):
+    """What the group's endpoint wrote to Redis (as a gateway process does) and its
+    replicas by role, with the owner as an opaque id."""
+    from gpurental.groups import services
+    from gpurental.groups.load import load_write
+    from gpurental.rentals.events import state_redis
+    from tests.factories import ImageTemplateFactory
+
+    make_host("g1", a100, count=4)
+    ImageTemplateFactory(slug="serving-echo", port=8000, http_ports=[8000])
+    spec = {"name": "web", "instance_type": "A100", "min_nodes": 2, "max_nodes": 3}
+    group = services.group_apply(user=alice, source=spec).group
+    services.group_tick(group_id=group.pk)
+    report = {"at": time.time(), "rps": 12.5, "inflight": 3.0, "queued": 1.0, "burst": 4.0,
+              "inflight_now": 3, "queued_now": 2, "p50_ms": 40.0, "p99_ms": 250.0, "errors": 1,
+              "requests": 750, "last_request_at": time.time(), "replicas": {}}  # fmt: skip
+    load_write(state_redis(), group.pk, report, process="test-gateway")
+    samples = scrape(client, carol)
+    key = {"group_id": str(group.pk), "customer": str(alice.pk)}
+    assert values(samples, "gpurental_group_replicas", **key, role="serving", status="pending") == [
+        2
+    ]
+    assert values(samples, "gpurental_group_requests_per_second", **key) == [12.5]
+    assert values(samples, "gpurental_group_latency_p99_seconds", **key) == [0.25]
+    assert values(samples, "gpurental_group_queued_requests", **key) == [2]
+    assert values(samples, "gpurental_group_errors", **key) == [1]
+    assert alice.email not in client.get("/metrics").content.decode()
