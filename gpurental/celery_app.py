@@ -21,6 +21,7 @@ app.conf.task_routes = {
     "gpurental.telemetry.*": {"queue": "control"},
     "gpurental.api.*": {"queue": "control"},
     "gpurental.groups.*": {"queue": "control"},
+    "gpurental.notifications.*": {"queue": "control"},
 }
 
 # Every periodic job is declared here, in one place.
@@ -66,6 +67,12 @@ app.conf.beat_schedule = {
         "task": "gpurental.billing.tasks.draft_invoices",
         "schedule": 6 * 3600.0,
         "options": {"queue": "control", "expires": 3600},
+    },
+    # --- notifications: webhook retries whose task the broker lost ---
+    "notifications-webhooks-sweep": {
+        "task": "gpurental.notifications.tasks.webhooks_sweep",
+        "schedule": 60.0,
+        "options": {"queue": "control", "expires": 50},
     },
     # --- telemetry ---
     "telemetry-idle-check": {

@@ -132,6 +132,7 @@ INSTALLED_APPS = [
     "gpurental.console",
     "gpurental.api",
     "gpurental.observability",
+    "gpurental.notifications",
 ]
 
 MIDDLEWARE = [
@@ -384,6 +385,18 @@ GROUP_TICK_S = float(os.environ.get("GROUP_TICK_S", "5"))
 GROUP_DRAIN_TIMEOUT_S = float(os.environ.get("GROUP_DRAIN_TIMEOUT_S", "60"))
 
 PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("PORT", "8000"))
+
+# --- Notifications (gpurental/notifications/; README "Notifications") ---
+# Webhook URLs resolving to private, loopback, link-local (metadata) or other non-public
+# addresses are refused unless this is on; it is on by default only with DEBUG.
+WEBHOOKS_ALLOW_PRIVATE = env_bool("WEBHOOKS_ALLOW_PRIVATE", DEBUG)
+WEBHOOKS_TIMEOUT_S = float(os.environ.get("WEBHOOKS_TIMEOUT_S", "10"))
+# Retries wait base·2^(n-1) seconds, at most WEBHOOKS_RETRY_MAX_S, up to WEBHOOKS_MAX_ATTEMPTS.
+WEBHOOKS_RETRY_BASE_S = env_int("WEBHOOKS_RETRY_BASE_S", 10)
+WEBHOOKS_RETRY_MAX_S = env_int("WEBHOOKS_RETRY_MAX_S", 300)
+WEBHOOKS_MAX_ATTEMPTS = env_int("WEBHOOKS_MAX_ATTEMPTS", 8)
+# "Your reservation starts soon" goes this many minutes before the start.
+NOTIFY_RESERVATION_START_MINUTES = env_int("NOTIFY_RESERVATION_START_MINUTES", 15)
 
 # LOG_FORMAT=json: one JSON object a line with request_id, instance_id and host where known
 # (the agent reads the same variable); text: the plain format with those ids appended.

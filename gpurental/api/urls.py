@@ -2,7 +2,14 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from gpurental.api import views, views_billing, views_groups, views_reservations, views_sshkeys
+from gpurental.api import (
+    views,
+    views_billing,
+    views_groups,
+    views_notifications,
+    views_reservations,
+    views_sshkeys,
+)
 from gpurental.api.errors import not_found
 
 router = DefaultRouter()
@@ -16,6 +23,16 @@ router.register("ssh-keys", views_sshkeys.SSHKeyViewSet, basename="ssh-key")
 router.register("reservations", views_reservations.ReservationViewSet, basename="reservation")
 router.register("invoices", views_billing.InvoiceViewSet, basename="invoice")
 router.register("groups", views_groups.GroupViewSet, basename="group")
+router.register("webhooks", views_notifications.WebhookEndpointViewSet, basename="webhook")
+router.register(
+    "webhook-deliveries", views_notifications.WebhookDeliveryViewSet, basename="webhook-delivery"
+)
+router.register("notifications", views_notifications.NotificationViewSet, basename="notification")
+router.register(
+    "notification-preferences",
+    views_notifications.NotificationPreferenceViewSet,
+    basename="notification-preference",
+)
 
 v1 = [
     path("me/", views.MeView.as_view(), name="me"),

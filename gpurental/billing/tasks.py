@@ -12,6 +12,7 @@ from gpurental.billing.services.invoicing import invoices_generate
 from gpurental.billing.services.limits import limits_enforce
 from gpurental.billing.services.metering import meter_run
 from gpurental.celery_app import app
+from gpurental.notifications.checks import low_balance_check
 
 DRAFT_DAYS = 3
 
@@ -23,7 +24,9 @@ def meter() -> int:
 
 @app.task(name="gpurental.billing.tasks.enforce_limits", time_limit=120, soft_time_limit=100)
 def enforce_limits() -> int:
-    return len(limits_enforce(now=timezone.now()))
+    now = timezone.now()
+    low_balance_check(now=now)
+    return len(limits_enforce(now=now))
 
 
 @app.task(name="gpurental.billing.tasks.draft_invoices", time_limit=1800, soft_time_limit=1700)

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from gpurental.console import views, views_groups, views_sshkeys
+from gpurental.console import views, views_groups, views_notifications, views_sshkeys
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -49,6 +49,27 @@ urlpatterns = [
     path("ssh-keys/", views_sshkeys.ssh_keys, name="ssh_keys"),
     path(
         "ssh-keys/<uuid:key_id>/delete/", views_sshkeys.ssh_key_delete_view, name="ssh_key_delete"
+    ),
+    path(
+        "notifications/",
+        views_notifications.notification_preferences,
+        name="notification_preferences",
+    ),
+    path("notifications/webhooks/", views_notifications.webhooks, name="webhooks"),
+    path(
+        "notifications/webhooks/<uuid:endpoint_id>/",
+        views_notifications.webhook_detail,
+        name="webhook",
+    ),
+    path(
+        "notifications/webhooks/<uuid:endpoint_id>/delete/",
+        views_notifications.webhook_delete_view,
+        name="webhook_delete",
+    ),
+    path(
+        "notifications/deliveries/<uuid:delivery_id>/resend/",
+        views_notifications.webhook_resend_view,
+        name="webhook_resend",
     ),
     path("reservations/", views.reservation_list, name="reservations"),
     path("reservations/quote/", views.reservation_quote, name="reservation_quote"),

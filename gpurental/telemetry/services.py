@@ -12,6 +12,7 @@ from django.db.models import Count, Max
 from psycopg.types.range import Range
 
 from gpurental.fleet.models import Host
+from gpurental.notifications.services import notify
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 from gpurental.rentals.services.lifecycle import instance_notice, instance_stop
 from gpurental.telemetry.models import GpuMinute
@@ -227,12 +228,21 @@ def instance_idle_check(*, instance: Instance, now: datetime) -> str:
                 stop_at=stop_at.isoformat(),
                 idle_minutes=streak,
             )
+            transaction.on_commit(
+                lambda: notify(
+                    instance.user,
+                    "idle_warning",
+                    instance=instance,
+                    stop_at=stop_at,
+                    idle_minutes=streak,
+                )
+            )
         if lead > 0:
             return "warned"
         warned = True
         instance.idle_warned_at = now
     if streak >= limit and now - instance.idle_warned_at >= timedelta(minutes=lead) - MINUTE / 2:
-        instance_stop(
+        stopped = instance_stop(
             instance=instance,
             reason=(
                 f"idle for {streak} minutes (GPU utilisation under "
@@ -240,6 +250,9 @@ def instance_idle_check(*, instance: Instance, now: datetime) -> str:
                 "/workspace kept"
             ),
             now=now,
+        )
+        transaction.on_commit(
+            lambda: notify(stopped.user, "idle_stopped", instance=stopped, idle_minutes=streak)
         )
         return "stopped"
     return ""

@@ -50,6 +50,18 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/groups/{id}/"),
     ("delete", "/api/v1/groups/{id}/"),
     ("get", "/api/v1/groups/{id}/events/"),
+    ("get", "/api/v1/webhooks/"),
+    ("post", "/api/v1/webhooks/"),
+    ("get", "/api/v1/webhooks/{id}/"),
+    ("patch", "/api/v1/webhooks/{id}/"),
+    ("delete", "/api/v1/webhooks/{id}/"),
+    ("get", "/api/v1/webhook-deliveries/"),
+    ("get", "/api/v1/webhook-deliveries/{id}/"),
+    ("post", "/api/v1/webhook-deliveries/{id}/resend/"),
+    ("get", "/api/v1/notifications/"),
+    ("get", "/api/v1/notification-preferences/"),
+    ("get", "/api/v1/notification-preferences/{event}/"),
+    ("patch", "/api/v1/notification-preferences/{event}/"),
 }
 
 

@@ -37,6 +37,7 @@ from gpurental.billing.models import (
 )
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import charge_seconds, operator_zone
+from gpurental.notifications.services import notify
 from gpurental.rentals.models import Instance, Reservation
 
 SERIES = {Invoice.Kind.INVOICE: "INV", Invoice.Kind.CREDIT_NOTE: "CN"}
@@ -283,6 +284,7 @@ def invoice_issue(
             obj=invoice,
             changes={"number": invoice.number, "total": str(invoice.total)},
         )
+        transaction.on_commit(lambda: notify(invoice.user, "invoice_issued", invoice=invoice))
     return invoice
 
 

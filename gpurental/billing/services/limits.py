@@ -21,6 +21,7 @@ from gpurental.accounts.services import audit_record
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import ACTIVE
+from gpurental.notifications.services import notify
 from gpurental.rentals.exceptions import RentalError
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services import lifecycle
@@ -55,6 +56,7 @@ def limits_enforce(*, now: datetime | None = None) -> list[Instance]:
     cur = settings.BILLING_CURRENCY
     stopped = []
     for user in users_over_limit():
+        stopped_now = []
         reason = (
             f"stopped because your balance is {quantize_money(user.balance)} {cur} and your "
             f"credit limit is {user.credit_limit:.2f} {cur}; /workspace is kept. "
@@ -71,5 +73,15 @@ def limits_enforce(*, now: datetime | None = None) -> list[Instance]:
                 obj=instance,
                 changes={"balance": str(user.balance), "credit_limit": str(user.credit_limit)},
             )
-            stopped.append(instance)
+            stopped_now.append(instance)
+        if stopped_now:
+            notify(
+                user,
+                "spend_stopped",
+                balance=user.balance,
+                credit_limit=user.credit_limit,
+                instances=stopped_now,
+                currency=cur,
+            )
+        stopped += stopped_now
     return stopped

@@ -32,6 +32,7 @@ from gpurental.billing.selectors import balance_of, operator_zone
 from gpurental.billing.services.invoicing import invoice_credit_note
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import Host, HostStatus
+from gpurental.notifications.services import notify
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
 from gpurental.rentals.models import (
@@ -339,6 +340,11 @@ def reservation_activate(*, reservation: Reservation, now: datetime) -> Instance
             )
             return None
         instance = _launch(reservation, host=host, now=now, why="launched")
+        transaction.on_commit(
+            lambda: notify(
+                reservation.user, "reservation_started", reservation=reservation, instance=instance
+            )
+        )
     return instance
 
 
@@ -409,7 +415,26 @@ def reservation_warn_end(*, reservation: Reservation, now: datetime) -> bool:
                 ends_at=reservation.end.isoformat(),
             )
         Reservation.objects.filter(pk=reservation.pk).update(end_warned_at=now)
+        transaction.on_commit(
+            lambda: notify(
+                reservation.user, "reservation_ending", reservation=reservation, instance=instance
+            )
+        )
         return True
+
+
+def reservation_remind_start(*, reservation: Reservation, now: datetime) -> bool:
+    """Tell the customer their booking starts soon (once: the notification's key)."""
+    if reservation.status != R.BOOKED or reservation.start <= now:
+        return False
+    return bool(
+        notify(
+            reservation.user,
+            "reservation_starting_soon",
+            dedupe_key=f"reservation-{reservation.pk}",
+            reservation=reservation,
+        )
+    )
 
 
 def reservation_complete(*, reservation: Reservation, now: datetime) -> bool:
@@ -533,7 +558,7 @@ def reservations_tick(*, now: datetime | None = None) -> dict[str, int]:
     first, so GPUs booked back to back are stopped before the next booking launches; one
     reservation's trouble is logged and the others go on."""
     now = now or timezone.now()
-    done = {"completed": 0, "failed": 0, "activated": 0, "warned": 0}
+    done = {"completed": 0, "failed": 0, "activated": 0, "warned": 0, "reminded": 0}
     ending = Reservation.objects.filter(status__in=(R.BOOKED, R.ACTIVE), period__endswith__lte=now)
     broken = Instance.objects.filter(
         reservation__status=R.ACTIVE, status__in=(InstanceStatus.FAILED, InstanceStatus.LOST)
@@ -545,6 +570,10 @@ def reservations_tick(*, now: datetime | None = None) -> dict[str, int]:
     warning = Reservation.objects.filter(
         status=R.ACTIVE, end_warned_at__isnull=True, period__endswith__lte=warn_from
     )
+    remind_until = now + timedelta(minutes=settings.NOTIFY_RESERVATION_START_MINUTES)
+    soon = Reservation.objects.filter(
+        status=R.BOOKED, period__startswith__gt=now, period__startswith__lte=remind_until
+    ).select_related("user", "gpu_model")
     steps = [
         ("completed", ending, lambda r: reservation_complete(reservation=r, now=now)),
         (
@@ -554,6 +583,7 @@ def reservations_tick(*, now: datetime | None = None) -> dict[str, int]:
         ),
         ("activated", starting, lambda r: reservation_activate(reservation=r, now=now) is not None),
         ("warned", warning, lambda r: reservation_warn_end(reservation=r, now=now)),
+        ("reminded", soon, lambda r: reservation_remind_start(reservation=r, now=now)),
     ]
     for name, queryset, step in steps:
         for item in queryset:

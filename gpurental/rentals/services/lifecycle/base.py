@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db import transaction
+
 from gpurental.accounts.models import User
+from gpurental.notifications.services import notify
 from gpurental.rentals.events import publish_instance_event
 from gpurental.rentals.exceptions import InvalidTransition
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
@@ -104,6 +107,11 @@ def instance_notice(instance: Instance, *, reason: str, step: str, now: datetime
         created_at=now,
         data=data,
     )
+
+
+def notify_on_commit(instance: Instance, event: str, **context) -> None:
+    """Tell the customer about a transition once it is committed (never a rolled-back one)."""
+    transaction.on_commit(lambda: notify(instance.user, event, instance=instance, **context))
 
 
 def host_alive(instance: Instance, now: datetime) -> bool:

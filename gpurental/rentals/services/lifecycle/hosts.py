@@ -19,7 +19,13 @@ from django.db import transaction
 from gpurental.billing.services import metering
 from gpurental.rentals import hostcalls
 from gpurental.rentals.models import Instance
-from gpurental.rentals.services.lifecycle.base import LAUNCHING, S, _lock, _move
+from gpurental.rentals.services.lifecycle.base import (
+    LAUNCHING,
+    S,
+    _lock,
+    _move,
+    notify_on_commit,
+)
 from gpurental.rentals.services.lifecycle.reports import launch_fail, remove_finish, stop_finish
 from gpurental.rentals.services.scheduling import gpus_release
 
@@ -43,6 +49,7 @@ def instance_mark_unreachable(*, instance: Instance, last_beat: datetime, now: d
             now=now,
             stopped_at=instance.stopped_at or last_beat,
         )
+        notify_on_commit(instance, "instance_unreachable")
 
 
 def instance_mark_lost(*, instance: Instance, last_beat: datetime, now: datetime) -> None:
@@ -65,6 +72,7 @@ def instance_mark_lost(*, instance: Instance, last_beat: datetime, now: datetime
                 stopped_at=instance.stopped_at or last_beat,
             )
             gpus_release(instance=instance, at=now)
+            notify_on_commit(instance, "instance_lost")
 
 
 def instance_host_back(

@@ -19,6 +19,7 @@ from gpurental.rentals.services.lifecycle.base import (
     _lock,
     _move,
     _progress,
+    notify_on_commit,
 )
 from gpurental.rentals.services.scheduling import gpus_release
 
@@ -122,6 +123,7 @@ def launch_fail(
         )
         gpus_release(instance=instance, at=now)
         hostcalls.remove(instance)
+        notify_on_commit(instance, "instance_failed")
 
 
 def instance_report_stopped(*, instance_id: str, now: datetime | None = None) -> None:

@@ -1,0 +1,207 @@
+"""The events a customer is told about: for each, what its data holds, its subject line and
+the console page it links to.
+
+A builder turns the keyword context a call site passes to ``notify`` (model objects,
+amounts) into plain JSON data, the same for the e-mail templates and the webhook body.
+Templates are ``templates/notifications/<event>.txt`` and ``.html``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.urls import reverse
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    label: str  # for the preferences page
+    subject: str  # str.format over the data
+    build: Callable[[dict], tuple[dict, str]]  # context → (data, console path)
+
+
+def _money(value) -> str:
+    return f"{Decimal(value):.2f}"
+
+
+def _when(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _instance_data(instance, reason: str = "") -> dict:
+    return {
+        "id": str(instance.pk),
+        "name": str(instance),
+        "status": instance.status,
+        "reason": reason or instance.status_reason,
+    }
+
+
+def _reservation_data(reservation) -> dict:
+    return {
+        "id": str(reservation.pk),
+        "description": str(reservation),
+        "status": reservation.status,
+        "start": _when(reservation.period.lower),
+        "end": _when(reservation.period.upper),
+    }
+
+
+def _instance_event(ctx: dict) -> tuple[dict, str]:
+    instance = ctx["instance"]
+    data = {"instance": _instance_data(instance, ctx.get("reason", ""))}
+    return data, reverse("instance", args=[instance.pk])
+
+
+def _low_balance(ctx: dict) -> tuple[dict, str]:
+    hours = ctx.get("hours_left")
+    data = {
+        "balance": _money(ctx["balance"]),
+        "credit_limit": _money(ctx.get("credit_limit") or 0),
+        "hourly_burn": _money(ctx.get("hourly_burn") or 0),
+        "hours_left": None if hours is None else f"{Decimal(hours):.1f}",
+        "currency": ctx.get("currency") or settings.BILLING_CURRENCY,
+    }
+    return data, reverse("billing_invoices")
+
+
+def _spend_stopped(ctx: dict) -> tuple[dict, str]:
+    data = {
+        "balance": _money(ctx["balance"]),
+        "credit_limit": _money(ctx.get("credit_limit") or 0),
+        "currency": ctx.get("currency") or settings.BILLING_CURRENCY,
+        "instances": [_instance_data(i) for i in ctx.get("instances", [])],
+    }
+    return data, reverse("dashboard")
+
+
+def _idle_warning(ctx: dict) -> tuple[dict, str]:
+    data, path = _instance_event(ctx)
+    data.update(stop_at=_when(ctx["stop_at"]), idle_minutes=ctx["idle_minutes"])
+    return data, path
+
+
+def _idle_stopped(ctx: dict) -> tuple[dict, str]:
+    data, path = _instance_event(ctx)
+    data.update(idle_minutes=ctx["idle_minutes"])
+    return data, path
+
+
+def _reservation_event(ctx: dict) -> tuple[dict, str]:
+    reservation = ctx["reservation"]
+    data = {"reservation": _reservation_data(reservation)}
+    if ctx.get("instance") is not None:
+        data["instance"] = _instance_data(ctx["instance"])
+    return data, reverse("reservation", args=[reservation.pk])
+
+
+def _invoice_issued(ctx: dict) -> tuple[dict, str]:
+    invoice = ctx["invoice"]
+    data = {
+        "invoice": {
+            "id": invoice.pk,
+            "number": invoice.number,
+            "kind": invoice.kind,
+            "total": _money(invoice.total),
+            "currency": invoice.currency,
+            "period_start": invoice.period_start.isoformat(),
+            "period_end": invoice.period_end.isoformat(),
+            "issued_at": _when(invoice.issued_at),
+        }
+    }
+    return data, reverse("billing_invoice_document", args=[invoice.pk, "pdf"])
+
+
+def _payment_received(ctx: dict) -> tuple[dict, str]:
+    data = {
+        "amount": _money(ctx["amount"]),
+        "currency": ctx.get("currency") or settings.BILLING_CURRENCY,
+        "reference": str(ctx.get("reference", "")),
+        "provider": str(ctx.get("provider", "")),
+        "balance": None if ctx.get("balance") is None else _money(ctx["balance"]),
+    }
+    return data, reverse("billing_invoices")
+
+
+EVENTS: dict[str, Event] = {
+    e.name: e
+    for e in [
+        Event(
+            "low_balance",
+            "Low balance",
+            "Your balance is low: {balance} {currency}",
+            _low_balance,
+        ),
+        Event(
+            "spend_stopped",
+            "Instances stopped at zero balance",
+            "Your instances were stopped: balance {balance} {currency}",
+            _spend_stopped,
+        ),
+        Event(
+            "instance_failed",
+            "Instance failed",
+            "Instance {instance[name]} failed",
+            _instance_event,
+        ),
+        Event(
+            "instance_unreachable",
+            "Instance unreachable",
+            "Instance {instance[name]} is unreachable",
+            _instance_event,
+        ),
+        Event(
+            "instance_lost",
+            "Instance lost",
+            "Instance {instance[name]} was lost",
+            _instance_event,
+        ),
+        Event(
+            "idle_warning",
+            "Idle warning",
+            "Instance {instance[name]} is idle and will be stopped",
+            _idle_warning,
+        ),
+        Event(
+            "idle_stopped",
+            "Idle stop",
+            "Instance {instance[name]} was stopped for being idle",
+            _idle_stopped,
+        ),
+        Event(
+            "reservation_starting_soon",
+            "Reservation starting soon",
+            "Your reservation starts soon: {reservation[description]}",
+            _reservation_event,
+        ),
+        Event(
+            "reservation_started",
+            "Reservation started",
+            "Your reservation has started: {reservation[description]}",
+            _reservation_event,
+        ),
+        Event(
+            "reservation_ending",
+            "Reservation ending",
+            "Your reservation ends soon: {reservation[description]}",
+            _reservation_event,
+        ),
+        Event(
+            "invoice_issued",
+            "Invoice issued",
+            "Invoice {invoice[number]} issued: {invoice[total]} {invoice[currency]}",
+            _invoice_issued,
+        ),
+        Event(
+            "payment_received",
+            "Payment received",
+            "Payment received: {amount} {currency}",
+            _payment_received,
+        ),
+    ]
+}

@@ -1,0 +1,186 @@
+"""Outgoing webhooks, the adapter to the outside: the URL rule (no private addresses), the
+signature, and one signed POST to an address checked at the moment of sending.
+
+Signature: ``X-Gpurental-Signature: t=<unix seconds>,v1=<hex>`` where ``<hex>`` is
+HMAC-SHA256 with the endpoint's secret over ``<t>.<body>`` (the raw body bytes). A receiver
+recomputes it, compares in constant time and refuses an old ``t`` (replays).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import ipaddress
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+SIGNATURE_HEADER = "X-Gpurental-Signature"
+EVENT_HEADER = "X-Gpurental-Event"
+DELIVERY_HEADER = "X-Gpurental-Delivery"
+TOLERANCE_S = 300
+
+
+class WebhookRefused(Exception):
+    """A webhook URL the platform will not post to; ``field`` names the input at fault."""
+
+    def __init__(self, message: str, field: str = "url"):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    signed = str(timestamp).encode() + b"." + body
+    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def signature_header(secret: str, timestamp: int, body: bytes) -> str:
+    return f"t={timestamp},v1={signature(secret, timestamp, body)}"
+
+
+def signature_verify(
+    secret: str, header: str, body: bytes, *, now: float | None = None, tolerance: int = TOLERANCE_S
+) -> bool:
+    """What a receiver does (the README shows the same in a few lines)."""
+    try:
+        parts = dict(item.split("=", 1) for item in header.split(","))
+        timestamp = int(parts["t"])
+    except (KeyError, ValueError):
+        return False
+    if abs((now if now is not None else time.time()) - timestamp) > tolerance:
+        return False
+    return hmac.compare_digest(signature(secret, timestamp, body), parts.get("v1", ""))
+
+
+def _refuse_address(host: str, address: str) -> None:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_global and not ip.is_multicast:
+        return
+    kind = next(
+        (
+            name
+            for name, flag in (
+                ("loopback", ip.is_loopback),
+                ("link-local (cloud metadata lives there)", ip.is_link_local),
+                ("private", ip.is_private),
+                ("multicast", ip.is_multicast),
+                ("unspecified", ip.is_unspecified),
+            )
+            if flag
+        ),
+        "non-public",
+    )
+    raise WebhookRefused(
+        f"{host} resolves to {ip}, a {kind} address; webhooks are sent only to public "
+        "internet addresses (WEBHOOKS_ALLOW_PRIVATE=1 allows others, for tests and demos)"
+    )
+
+
+@dataclass(frozen=True)
+class Target:
+    scheme: str
+    host: str
+    port: int
+    path: str
+    address: str  # the checked IP the POST connects to
+
+
+def url_check(url: str) -> Target:
+    """Refuse what must not be posted to; returns where to connect. Called when an endpoint
+    is saved and again before each POST (a name may resolve elsewhere by then)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise WebhookRefused(f"the URL must start with https:// or http://; got {url!r}")
+    if not parts.hostname:
+        raise WebhookRefused(f"the URL has no host name: {url!r}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise WebhookRefused(f"the URL's port is not a number from 1 to 65535: {url!r}") from None
+    try:
+        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise WebhookRefused(f"the host name {parts.hostname} does not resolve") from None
+    addresses = [info[4][0] for info in infos]
+    if not settings.WEBHOOKS_ALLOW_PRIVATE:
+        for address in addresses:  # every one: the client may pick any of them
+            _refuse_address(parts.hostname, address)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Target(parts.scheme, parts.hostname, port, path, addresses[0])
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to a checked address, with the URL's host name for SNI and the certificate."""
+
+    def __init__(self, host: str, address: str, **kwargs):
+        super().__init__(host, **kwargs)
+        self._address = address
+
+    def connect(self):
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+@dataclass(frozen=True)
+class PostResult:
+    status_code: int | None
+    error: str
+    excerpt: str
+    duration_ms: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> PostResult:
+    """One POST, never following redirects (one could point inside)."""
+    started = time.monotonic()
+
+    def done(code: int | None, error: str = "", excerpt: str = "") -> PostResult:
+        return PostResult(
+            code, error[:500], excerpt[:500], int((time.monotonic() - started) * 1000)
+        )
+
+    try:
+        target = url_check(url)
+    except WebhookRefused as exc:
+        return done(None, f"refused: {exc.message}")
+    if target.scheme == "https":
+        conn = _PinnedHTTPSConnection(
+            target.host,
+            target.address,
+            port=target.port,
+            timeout=timeout,
+            context=ssl.create_default_context(),
+        )
+    else:
+        conn = http.client.HTTPConnection(target.address, target.port, timeout=timeout)
+    host_header = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
+    try:
+        conn.request(
+            "POST",
+            target.path,
+            body=body,
+            headers={
+                "Host": host_header,
+                "Content-Type": "application/json",
+                "User-Agent": "gpurental-webhooks/1",
+                **headers,
+            },
+        )
+        response = conn.getresponse()
+        excerpt = response.read(500).decode("utf-8", "replace")
+        return done(response.status, "" if 200 <= response.status < 300 else "", excerpt)
+    except (OSError, http.client.HTTPException) as exc:
+        return done(None, f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
