@@ -70,9 +70,9 @@ def _refuse_address(host: str, address: str) -> None:
             for name, flag in (
                 ("loopback", ip.is_loopback),
                 ("link-local (cloud metadata lives there)", ip.is_link_local),
-                ("private", ip.is_private),
-                ("multicast", ip.is_multicast),
                 ("unspecified", ip.is_unspecified),
+                ("multicast", ip.is_multicast),
+                ("private", ip.is_private),
             )
             if flag
         ),
