@@ -326,6 +326,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "gpurental.rentals.models.InstanceStatus",
         "InterconnectEnum": "gpurental.catalog.models.Interconnect",
+        "PaymentStatusEnum": "gpurental.billing.models_credit.PaymentStatus",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -428,6 +429,16 @@ BILLING_MIN_PREPAID_MINUTES = env_int("BILLING_MIN_PREPAID_MINUTES", 10)
 BILLING_LOW_BALANCE_HOURS = env_int("BILLING_LOW_BALANCE_HOURS", 24)
 BILLING_METER_INTERVAL = env_int("BILLING_METER_INTERVAL", 60)  # seconds
 BILLING_ISSUER = os.environ.get("BILLING_ISSUER", "gpurental")  # seller's name on invoices
+# Paying in: PAYMENT_PROVIDER is stripe (Stripe Checkout, credited from its signed
+# webhook at /billing/webhooks/stripe/) or none. Without both Stripe secrets the console
+# says top-up is not available. STRIPE_API_BASE points the library at another API server.
+PAYMENT_PROVIDER = os.environ.get("PAYMENT_PROVIDER", "stripe")
+STRIPE_SECRET_KEY = os.environ.get("STRIPE_SECRET_KEY", "")
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
+STRIPE_WEBHOOK_TOLERANCE = env_int("STRIPE_WEBHOOK_TOLERANCE", 300)  # seconds, the library's
+PAYMENT_MIN_AMOUNT = Decimal(os.environ.get("PAYMENT_MIN_AMOUNT", "5.00"))
+PAYMENT_MAX_AMOUNT = Decimal(os.environ.get("PAYMENT_MAX_AMOUNT", "10000.00"))
 # Reservations: booked up to RESERVATION_HORIZON_DAYS ahead, for RESERVATION_MIN_MINUTES to
 # RESERVATION_MAX_HOURS. A cancellation RESERVATION_FULL_REFUND_HOURS or more before the
 # start is refunded in full, a later one (before the start) RESERVATION_LATE_REFUND_PERCENT %.

@@ -7,6 +7,7 @@ from gpurental.api import (
     views_billing,
     views_groups,
     views_notifications,
+    views_payments,
     views_reservations,
     views_sshkeys,
 )
@@ -33,12 +34,14 @@ router.register(
     views_notifications.NotificationPreferenceViewSet,
     basename="notification-preference",
 )
+router.register("payments", views_payments.PaymentViewSet, basename="payment")
 
 v1 = [
     path("me/", views.MeView.as_view(), name="me"),
     path("availability/", views_reservations.AvailabilityView.as_view(), name="availability"),
     path("usage/", views_billing.UsageView.as_view(), name="usage"),
     path("usage/csv/", views_billing.UsageCsvView.as_view(), name="usage-csv"),
+    path("vouchers/redeem/", views_payments.VoucherRedeemView.as_view(), name="voucher-redeem"),
     *router.urls,
 ]
 

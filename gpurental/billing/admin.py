@@ -207,3 +207,7 @@ class InvoiceAdmin(AuditedAdmin):
         if not self.has_view_permission(request, invoice):
             return HttpResponse(status=403)
         return invoice_document_response(invoice, fmt)
+
+
+# Vouchers, payments and webhook events: their own module, registered with this one.
+from gpurental.billing import admin_credit  # noqa: E402, F401

@@ -71,6 +71,7 @@ class LedgerEntry(models.Model):
         RESERVATION = "reservation", "Reservation"
         REFUND = "refund", "Refund"
         ADJUSTMENT = "adjustment", "Adjustment"
+        VOUCHER = "voucher", "Voucher credit"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="ledger"
@@ -216,3 +217,29 @@ class InvoiceCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.series}-{self.year}: {self.last}"
+
+
+# Payments, webhook events and vouchers live in their own module; imported here so that
+# Django registers them with the billing app.
+from gpurental.billing.models_credit import (  # noqa: E402
+    Payment,
+    PaymentEvent,
+    PaymentStatus,
+    Voucher,
+    VoucherRedemption,
+)
+
+__all__ = [
+    "Charge",
+    "Invoice",
+    "InvoiceCounter",
+    "InvoiceLine",
+    "InvoiceStatus",
+    "LedgerEntry",
+    "Payment",
+    "PaymentEvent",
+    "PaymentStatus",
+    "RateKind",
+    "Voucher",
+    "VoucherRedemption",
+]

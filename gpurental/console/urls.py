@@ -1,7 +1,13 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from gpurental.console import views, views_groups, views_notifications, views_sshkeys
+from gpurental.console import (
+    views,
+    views_billing_self,
+    views_groups,
+    views_notifications,
+    views_sshkeys,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -49,6 +55,14 @@ urlpatterns = [
     path("ssh-keys/", views_sshkeys.ssh_keys, name="ssh_keys"),
     path(
         "ssh-keys/<uuid:key_id>/delete/", views_sshkeys.ssh_key_delete_view, name="ssh_key_delete"
+    ),
+    path("credit/", views_billing_self.credit, name="billing_credit"),
+    path("credit/top-up/", views_billing_self.credit_topup, name="billing_credit_topup"),
+    path("credit/redeem/", views_billing_self.credit_redeem, name="billing_credit_redeem"),
+    path(
+        "credit/payments/<uuid:payment_id>/",
+        views_billing_self.payment_receipt,
+        name="billing_payment",
     ),
     path(
         "notifications/",

@@ -62,6 +62,10 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/notification-preferences/"),
     ("get", "/api/v1/notification-preferences/{event}/"),
     ("patch", "/api/v1/notification-preferences/{event}/"),
+    ("get", "/api/v1/payments/"),
+    ("post", "/api/v1/payments/"),
+    ("get", "/api/v1/payments/{id}/"),
+    ("post", "/api/v1/vouchers/redeem/"),
 }
 
 

@@ -17,6 +17,7 @@ from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import balance_of, hourly_burn_of
 from gpurental.billing.services.metering import instance_settle
+from gpurental.billing.services.vouchers import voucher_credit_expire
 from gpurental.catalog.models import Plan
 from gpurental.rentals.models import Instance, InstanceStatus
 
@@ -29,6 +30,8 @@ def launch_allowed(*, user: User, plan: Plan, now: datetime | None = None) -> No
     what the user already runs."""
     if not settings.BILLING_ENFORCE_BALANCE:
         return
+    # Voucher credit past its expiry is not money to launch on, even before beat's sweep.
+    voucher_credit_expire(user=user, now=now)
     minutes = settings.BILLING_MIN_PREPAID_MINUTES
     running = hourly_burn_of(user=user)
     needed = (running + plan.hourly_rate) * minutes / 60

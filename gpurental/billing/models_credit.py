@@ -1,0 +1,193 @@
+"""Money coming in: top-up payments through a provider, the provider's webhook events,
+and voucher codes with their redemptions.
+
+Imported by ``billing.models`` so that Django finds them; the ledger stays the one
+record of credit: a paid payment and a redemption each point at their ledger entry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+
+class PaymentStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PAID = "paid", "Paid"
+    FAILED = "failed", "Failed"
+
+
+class Payment(models.Model):
+    """One top-up. Made (pending) before the customer is sent to the provider, so the
+    amount and currency the webhook reports are checked against what was asked for."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="payments"
+    )
+    provider = models.CharField(max_length=16)
+    provider_ref = models.CharField(
+        max_length=255, blank=True, default="", help_text="The provider's checkout session id"
+    )
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    status = models.CharField(
+        max_length=16, choices=PaymentStatus.choices, default=PaymentStatus.PENDING
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    ledger_entry = models.OneToOneField(
+        "billing.LedgerEntry",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="payment",
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="payment_amount_positive"),
+            models.CheckConstraint(
+                condition=~Q(status="paid")
+                | (Q(paid_at__isnull=False) & Q(ledger_entry__isnull=False)),
+                name="payment_paid_is_credited",
+            ),
+            models.UniqueConstraint(
+                fields=["provider", "provider_ref"],
+                condition=~Q(provider_ref=""),
+                name="payment_one_per_provider_ref",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receipt_number} {self.amount} {self.currency} {self.status}"
+
+    @property
+    def receipt_number(self) -> str:
+        return f"R-{str(self.id)[:8].upper()}"
+
+
+class PaymentEvent(models.Model):
+    """A provider's webhook event, verified and recorded once: the unique event id is
+    what makes a replayed or duplicated event credit once."""
+
+    class Outcome(models.TextChoices):
+        CREDITED = "credited", "Credited"
+        ALREADY_PAID = "already_paid", "Payment already credited"
+        IGNORED = "ignored", "Ignored (event type not handled)"
+        REFUSED = "refused", "Refused"
+
+    provider = models.CharField(max_length=16)
+    event_id = models.CharField(max_length=255)
+    event_type = models.CharField(max_length=100)
+    payment = models.ForeignKey(
+        Payment, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
+    )
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    detail = models.CharField(max_length=500, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-received_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "event_id"], name="paymentevent_once_per_event"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.event_id} {self.event_type} {self.outcome}"
+
+
+class Voucher(models.Model):
+    """A code staff hand out: ``amount`` of credit, redeemable until ``expires_at`` by up to
+    ``max_uses`` accounts, each once; the credit lasts ``credit_days`` after redemption."""
+
+    code = models.CharField(
+        max_length=64, unique=True, help_text="Stored upper-case; customers may type any case"
+    )
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    expires_at = models.DateTimeField(help_text="Last moment the code can be redeemed")
+    credit_days = models.PositiveIntegerField(
+        default=7, help_text="How long the credit lasts after redemption (unspent credit expires)"
+    )
+    max_uses = models.PositiveIntegerField(default=1)
+    uses = models.PositiveIntegerField(default=0)
+    first_topup_only = models.BooleanField(
+        default=False, help_text="Only for accounts that have never paid"
+    )
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="voucher_amount_positive"),
+            models.CheckConstraint(condition=Q(max_uses__gte=1), name="voucher_max_uses_positive"),
+            models.CheckConstraint(
+                condition=Q(uses__lte=F("max_uses")), name="voucher_uses_capped"
+            ),
+            models.CheckConstraint(condition=Q(credit_days__gte=1), name="voucher_credit_days"),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+    def save(self, *args, **kwargs):
+        self.code = self.code.strip().upper()
+        super().save(*args, **kwargs)
+
+
+class VoucherRedemption(models.Model):
+    """One account's use of one voucher (at most one: the unique constraint). Its credit is
+    spent before paid credit; what is left at ``credit_expires_at`` is taken back by a
+    ledger adjustment (``expiry_entry``)."""
+
+    voucher = models.ForeignKey(Voucher, on_delete=models.PROTECT, related_name="redemptions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="voucher_redemptions"
+    )
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    redeemed_at = models.DateTimeField(default=timezone.now)
+    credit_expires_at = models.DateTimeField()
+    ledger_entry = models.OneToOneField(
+        "billing.LedgerEntry", on_delete=models.PROTECT, related_name="voucher_redemption"
+    )
+    expired_amount = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Unspent at expiry"
+    )
+    expiry_entry = models.OneToOneField(
+        "billing.LedgerEntry",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="voucher_expiry",
+    )
+
+    class Meta:
+        ordering = ["-redeemed_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["voucher", "user"], name="voucher_once_per_user"),
+            models.CheckConstraint(
+                condition=Q(amount__gt=0), name="voucherredemption_amount_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.voucher.code} by {self.user}"
+
+    @property
+    def settled(self) -> bool:
+        return self.expired_amount is not None
+
+
+ZERO = Decimal(0)

@@ -1,0 +1,227 @@
+"""Top-ups: a pending Payment, the provider's checkout page, and the credit that only the
+provider's verified webhook adds (once per event id, once per payment)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+
+from gpurental.accounts.models import User
+from gpurental.accounts.services import audit_record
+from gpurental.billing.models import Payment, PaymentEvent, PaymentStatus
+from gpurental.billing.payments import (
+    PaymentProvider,
+    VerifiedEvent,
+    WebhookRefused,
+    provider,
+)
+from gpurental.billing.services.credits import credit_add
+
+log = logging.getLogger(__name__)
+CENT = Decimal("0.01")
+
+
+class PaymentRefused(ValueError):
+    """A top-up that cannot start as asked; ``field`` names the input at fault."""
+
+    def __init__(self, message: str, *, field: str):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+def _amount(value) -> Decimal:
+    cur = settings.BILLING_CURRENCY
+    low, high = settings.PAYMENT_MIN_AMOUNT, settings.PAYMENT_MAX_AMOUNT
+    rule = f"a number of {cur} from {low:.2f} to {high:.2f}, at most 2 decimals"
+    try:
+        amount = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise PaymentRefused(f"must be {rule}", field="amount") from None
+    if not amount.is_finite() or amount != amount.quantize(CENT) or not low <= amount <= high:
+        raise PaymentRefused(f"must be {rule}; got {value}", field="amount")
+    return amount.quantize(CENT)
+
+
+def payment_start(
+    *, user: User, amount, base_url: str, gateway: PaymentProvider | None = None
+) -> tuple[Payment, str]:
+    """Record a pending payment of ``amount`` (BILLING_CURRENCY) and create its checkout
+    page; returns the payment and the URL to send the customer to."""
+    value = _amount(amount)
+    gateway = gateway or provider()
+    payment = Payment.objects.create(
+        user=user, provider=gateway.name, amount=value, currency=settings.BILLING_CURRENCY
+    )
+    receipt = base_url.rstrip("/") + reverse("billing_payment", args=[payment.pk])
+    session = gateway.create_checkout(
+        payment,
+        success_url=receipt + "?checkout=done",
+        cancel_url=base_url.rstrip("/") + reverse("billing_credit") + "?checkout=cancelled",
+    )
+    Payment.objects.filter(pk=payment.pk).update(provider_ref=session.ref)
+    payment.provider_ref = session.ref
+    audit_record(
+        action="payment.start",
+        actor=user,
+        obj=payment,
+        changes={"amount": str(value), "currency": payment.currency, "provider": gateway.name},
+    )
+    return payment, session.url
+
+
+def webhook_refuse(*, provider_name: str, refused: WebhookRefused, ip_address: str | None) -> None:
+    """Audit a webhook that was not verified (forged, stale, malformed). Nothing of the
+    request is trusted, so nothing of it is stored beyond the reason."""
+    audit_record(
+        action="payment.webhook_refused",
+        changes={
+            "provider": provider_name,
+            "reason": refused.reason[:300],
+            "event_id": refused.event_id[:100],
+            "event_type": refused.event_type[:100],
+        },
+        ip_address=ip_address,
+    )
+
+
+def _record(event: VerifiedEvent, outcome: str, detail: str, payment: Payment | None) -> bool:
+    """Store the event once; False when it was seen before (a replay or a duplicate)."""
+    try:
+        with transaction.atomic():
+            PaymentEvent.objects.create(
+                provider=event.provider,
+                event_id=event.id,
+                event_type=event.type,
+                payment=payment,
+                outcome=outcome,
+                detail=detail[:500],
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+def payment_event_apply(
+    *, event: VerifiedEvent, ip_address: str | None = None, now: datetime | None = None
+) -> tuple[str, str]:
+    """Act on a verified event; returns (outcome, detail). Raises ``WebhookRefused`` for an
+    event that names an unknown payment or disagrees with it (recorded and audited first)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        outcome, detail = _apply(event, ip_address=ip_address, now=now)
+    if outcome == PaymentEvent.Outcome.REFUSED:
+        raise WebhookRefused(detail, event_id=event.id, event_type=event.type)
+    return outcome, detail
+
+
+def _apply(event: VerifiedEvent, *, ip_address: str | None, now: datetime) -> tuple[str, str]:
+    duplicate = ("duplicate", f"event {event.id} was processed before; nothing done")
+    if PaymentEvent.objects.filter(provider=event.provider, event_id=event.id).exists():
+        return duplicate
+    if not event.handled:
+        detail = f"event type {event.type} is not handled"
+        if _record(event, PaymentEvent.Outcome.IGNORED, detail, None):
+            audit_record(
+                action="payment.webhook_ignored",
+                changes={"provider": event.provider, "event_id": event.id, "type": event.type},
+                ip_address=ip_address,
+            )
+        return PaymentEvent.Outcome.IGNORED, detail
+    # The row lock orders two events for one payment (completed, then async succeeded).
+    payment = (
+        Payment.objects.select_for_update()
+        .filter(pk=_uuid_or_none(event.payment_id), provider=event.provider)
+        .select_related("user")
+        .first()
+    )
+    problem = _mismatch(event, payment)
+    if problem:
+        if _record(event, PaymentEvent.Outcome.REFUSED, problem, payment):
+            audit_record(
+                action="payment.webhook_refused",
+                obj=payment,
+                changes={
+                    "provider": event.provider,
+                    "event_id": event.id,
+                    "event_type": event.type,
+                    "reason": problem,
+                },
+                ip_address=ip_address,
+            )
+        return PaymentEvent.Outcome.REFUSED, problem
+    if not event.paid:
+        detail = "checkout completed but not paid yet; waiting for async_payment_succeeded"
+        _record(event, PaymentEvent.Outcome.IGNORED, detail, payment)
+        return PaymentEvent.Outcome.IGNORED, detail
+    if payment.status == PaymentStatus.PAID:
+        detail = f"payment {payment.receipt_number} was credited before"
+        _record(event, PaymentEvent.Outcome.ALREADY_PAID, detail, payment)
+        return PaymentEvent.Outcome.ALREADY_PAID, detail
+    if not _record(event, PaymentEvent.Outcome.CREDITED, "", payment):
+        return duplicate
+    entry = credit_add(
+        user=payment.user,
+        amount=payment.amount,
+        description=f"Top-up {payment.receipt_number} ({payment.provider})",
+    )
+    payment.status, payment.paid_at, payment.ledger_entry = PaymentStatus.PAID, now, entry
+    payment.save(update_fields=["status", "paid_at", "ledger_entry"])
+    audit_record(
+        action="payment.paid",
+        obj=payment,
+        changes={"amount": str(payment.amount), "currency": payment.currency, "event": event.id},
+        ip_address=ip_address,
+    )
+    transaction.on_commit(lambda: payment_receipt_send(payment=payment))
+    return PaymentEvent.Outcome.CREDITED, f"credited {payment.amount} {payment.currency}"
+
+
+def _uuid_or_none(text: str):
+    try:
+        return uuid.UUID(text)
+    except (ValueError, TypeError):
+        return None
+
+
+def _mismatch(event: VerifiedEvent, payment: Payment | None) -> str:
+    if payment is None:
+        return f"payment: no {event.provider} payment {event.payment_id or '(none named)'}"
+    if event.session_ref and payment.provider_ref and event.session_ref != payment.provider_ref:
+        return f"session: {event.session_ref} is not this payment's checkout session"
+    if event.currency != payment.currency:
+        return f"currency: the event says {event.currency}, the payment is in {payment.currency}"
+    if event.amount != payment.amount:
+        return (
+            f"amount: the event says {event.amount} {event.currency}, "
+            f"the payment is for {payment.amount} {payment.currency}"
+        )
+    return ""
+
+
+def payment_receipt_send(*, payment: Payment) -> None:
+    """E-mail the receipt (text and HTML) to the payer."""
+    context = {
+        "payment": payment,
+        "issuer": settings.BILLING_ISSUER,
+        "url": settings.PUBLIC_URL.rstrip("/") + reverse("billing_payment", args=[payment.pk]),
+    }
+    try:
+        send_mail(
+            subject=f"Receipt {payment.receipt_number}: {payment.amount} {payment.currency}",
+            message=render_to_string("billing/receipt_email.txt", context),
+            from_email=None,
+            recipient_list=[payment.user.email],
+            html_message=render_to_string("billing/receipt_email.html", context),
+        )
+    except OSError:
+        # The credit stands; the receipt stays in the console.
+        log.warning("receipt mail for payment %s could not be sent", payment.pk)
