@@ -75,17 +75,21 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# Not forwarded to a replica: what only the platform may say. Content-Length is kept: the
-# body goes on with its length, not re-chunked (http.server, for one, reads no chunks).
-DROPPED = HOP_BY_HOP | {
-    "authorization",
-    "host",
-    "forwarded",
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-real-ip",
-}
+# Where a request came from and how: only the platform says this to an upstream (both
+# gateways). Tornado (JupyterLab, trust_xheaders) takes X-Scheme before X-Forwarded-Proto
+# and X-Real-Ip before X-Forwarded-For; other servers read other X-Forwarded-* names.
+FORWARDING = frozenset({"forwarded", "x-real-ip", "x-scheme"})
+
+
+def client_may_not_say(lower_name: str) -> bool:
+    """A request header the client sent that no upstream may receive from it."""
+    return lower_name in FORWARDING or lower_name.startswith("x-forwarded-")
+
+
+# Not forwarded to a replica: what only the platform may say (and client_may_not_say).
+# Content-Length is kept: the body goes on with its length, not re-chunked (http.server,
+# for one, reads no chunks).
+DROPPED = HOP_BY_HOP | {"authorization", "host"}
 RESPONSE_DROPPED = HOP_BY_HOP | {"set-cookie"}  # no cookies on the API host
 
 
@@ -696,7 +700,8 @@ class GroupEndpoints:
     def _upstream_headers(self, request: web.Request) -> CIMultiDict:
         headers = CIMultiDict()
         for name, value in request.headers.items():
-            if name.lower() not in DROPPED:
+            lower = name.lower()
+            if lower not in DROPPED and not client_may_not_say(lower):
                 headers.add(name, value)
         headers["X-Forwarded-For"] = request.remote or ""
         headers["X-Forwarded-Proto"] = self.scheme

@@ -42,25 +42,13 @@ from django.db import close_old_connections
 from multidict import CIMultiDict
 
 from gpurental.gateway import groups, routes, tickets
-from gpurental.gateway.groups import HOP_BY_HOP
+from gpurental.gateway.groups import HOP_BY_HOP, client_may_not_say
 from gpurental.gateway.routes import Address, Route
 
 log = logging.getLogger("gpurental.gateway")
 
-# Only the platform may say these to an instance.
-PLATFORM_ONLY = frozenset(
-    {
-        "authorization",
-        "host",
-        "origin",
-        "forwarded",
-        "x-forwarded-for",
-        "x-forwarded-host",
-        "x-forwarded-proto",
-        "x-real-ip",
-        "content-length",
-    }
-)
+# Only the platform may say these to an instance (and groups.client_may_not_say).
+PLATFORM_ONLY = frozenset({"authorization", "host", "origin", "content-length"})
 WEBSOCKET_HANDSHAKE = frozenset(
     {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
 )
@@ -68,6 +56,9 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ROUTE_TTL_S = 30.0  # a safety net: state changes drop a route at once
 STATE_PATTERN = "gpurental:instance-state:*"
 CHUNK = 64 * 1024
+# A websocket message is held whole here before it goes on: one bound, both ways, so that
+# no client or container can take the gateway's memory (JupyterLab's own is 10 MiB inbound).
+MAX_WS_MESSAGE = 64 * 1024 * 1024
 
 
 class RouteCache:
@@ -318,6 +309,8 @@ class Gateway:
             lower = name.lower()
             if lower in HOP_BY_HOP or lower in PLATFORM_ONLY or lower in WEBSOCKET_HANDSHAKE:
                 continue
+            if client_may_not_say(lower):
+                continue
             if lower == "cookie":
                 value = _without_cookie(value, self.cookie)
                 if not value:
@@ -355,7 +348,7 @@ class Gateway:
                 lower = name.lower()
                 if lower in HOP_BY_HOP:
                     continue
-                if lower == "set-cookie" and value.lstrip().startswith(self.cookie + "="):
+                if lower == "set-cookie" and _cookie_named(value) == self.cookie:
                     continue  # an instance may not replace the platform's cookie
                 response.headers.add(name, value)
             if "Content-Length" not in upstream.headers and request.method != "HEAD":
@@ -377,7 +370,7 @@ class Gateway:
         ]
         try:
             upstream = await self.client.ws_connect(
-                url, headers=headers, protocols=offered, max_msg_size=0, autoping=True
+                url, headers=headers, protocols=offered, max_msg_size=MAX_WS_MESSAGE, autoping=True
             )
         except (aiohttp.ClientError, OSError) as exc:
             log.info("upstream websocket %s refused: %s", url.split("/", 3)[2], exc)
@@ -385,7 +378,7 @@ class Gateway:
         ws = web.WebSocketResponse(
             protocols=(upstream.protocol,) if upstream.protocol else (),
             heartbeat=30,  # keeps idle kernels' sockets alive through middleboxes
-            max_msg_size=0,
+            max_msg_size=MAX_WS_MESSAGE,
         )
         ws["run"] = route.run
         try:
@@ -445,3 +438,10 @@ def _without_cookie(header: str, name: str) -> str:
         if part.strip() and part.strip().split("=", 1)[0].strip() != name
     ]
     return "; ".join(kept)
+
+
+def _cookie_named(set_cookie: str) -> str:
+    """The name a browser gives the cookie of a Set-Cookie value: whitespace around it is
+    dropped (RFC 6265 5.2), so ``name =v`` sets ``name``."""
+    pair = set_cookie.split(";", 1)[0]
+    return pair.split("=", 1)[0].strip() if "=" in pair else ""

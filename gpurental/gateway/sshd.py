@@ -4,7 +4,8 @@
 
 - Customers log in with a public key only (no password, no keyboard-interactive), as the
   instance's id; a key is accepted if it is one of the instance owner's and the instance
-  runs (``sshroutes.ssh_login``). Every other case is the same refusal.
+  runs (``sshroutes.ssh_login``). Every other case is the same refusal. A connection may
+  try MAX_AUTH_TRIES keys, then it is closed.
 - The gateway then logs in to the container's sshd, published on the instance's host
   (bind address, never public), as ``jovyan`` with its own client key, and trusts only this
   run's host key. Customers' keys never reach a host.
@@ -29,6 +30,7 @@ log = logging.getLogger("gpurental.gateway.ssh")
 
 UPSTREAM_CONNECT_TIMEOUT = 15  # seconds; the host is on the platform's own network
 LOGIN_TIMEOUT = 60
+MAX_AUTH_TRIES = 10  # (user name, key) pairs per connection, as OpenSSH's MaxAuthTries
 
 
 def key_line(key: asyncssh.SSHKey) -> str:
@@ -220,6 +222,7 @@ class GatewayServer(asyncssh.SSHServer):
         self._username = ""
         self._target = None  # sshroutes.Upstream, once a key is accepted
         self._upstream: asyncio.Task | None = None
+        self._tried: dict[tuple[str, str], asyncio.Future] = {}  # (user name, key) → lookup
         self.instance_id = ""
 
     def connection_made(self, conn):
@@ -263,7 +266,20 @@ class GatewayServer(asyncssh.SSHServer):
         return True
 
     async def validate_public_key(self, username, key):
-        target = await asyncio.to_thread(_login, username, key_line(key))
+        # Each new (user name, key) is one lookup, made once (a key is offered, then signed
+        # with) and counted before it is awaited: a client that cancels its own attempts
+        # by sending the next cannot have more running.
+        line = key_line(key)
+        lookup = self._tried.get((username, line))
+        if lookup is None:
+            if len(self._tried) >= MAX_AUTH_TRIES:
+                self._conn.disconnect(
+                    asyncssh.DISC_NO_MORE_AUTH_METHODS_AVAILABLE, "too many authentication attempts"
+                )
+                return False
+            lookup = asyncio.ensure_future(asyncio.to_thread(_login, username, line))
+            self._tried[(username, line)] = lookup
+        target = await asyncio.shield(lookup)
         if target is None:
             return False
         self._target = target

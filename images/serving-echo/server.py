@@ -113,6 +113,11 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(data).encode() + b"\n")
 
     def do_GET(self):  # noqa: N802 - http.server's naming
+        # Read a body even here: left unread on a kept-alive connection, it would be taken
+        # for the next request, and its answer go to whoever the gateway sends next.
+        if self._body() is None:
+            self._json(413, {"error": f"body over {MAX_BODY} bytes"})
+            return
         path = urlsplit(self.path).path
         if path == "/healthz":
             if STATE.stopping.is_set():
@@ -133,14 +138,7 @@ class Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET  # noqa: N815
 
     def do_POST(self):  # noqa: N802
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            body = self._read_chunked()
-        else:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if 0 < length <= MAX_BODY else b""
-            if length > MAX_BODY:
-                self.close_connection = True  # the rest of the body is not read
-                body = None
+        body = self._body()
         if body is None:
             self._json(413, {"error": f"body over {MAX_BODY} bytes"})
             return
@@ -148,6 +146,16 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": "POST goes to /infer"})
             return
         self._infer(len(body))
+
+    def _body(self) -> bytes | None:
+        """The request's body (None when it is over MAX_BODY: the connection then closes)."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.close_connection = True  # the rest of the body is not read
+            return None
+        return self.rfile.read(length) if length > 0 else b""
 
     def _read_chunked(self) -> bytes | None:
         """A chunked request body (None when it is over MAX_BODY)."""

@@ -250,6 +250,37 @@ def test_only_the_owner_s_key_or_the_endpoint_key_opens_the_group(group, alice_k
     asyncio.run(scenario())
 
 
+def test_what_only_the_platform_may_say_is_replaced_not_passed_on_to_replicas(group, alice_key):
+    async def scenario():
+        upstream = await Upstream("r1").start()
+        await db(add_replica, group, upstream)
+        async with running_gateway() as (gateway, base):
+            client = Client(base, group, alice_key)
+            try:
+                spoofed = {
+                    "X-Forwarded-For": "10.0.0.1",
+                    "X-Forwarded-Proto": "https",
+                    "X-Forwarded-Port": "443",
+                    "X-Forwarded-Prefix": "/evil",
+                    "Forwarded": "for=10.0.0.1;proto=https",
+                    "X-Real-Ip": "10.0.0.1",
+                    "X-Scheme": "https",
+                }
+                status, _, _ = await client.call(headers=spoofed)
+                assert status == 200
+                sent = {k.lower(): v for k, v in upstream.seen[0]["headers"].items()}
+                assert sent["x-forwarded-for"] == "127.0.0.1"
+                assert sent["x-forwarded-proto"] == "http"
+                for name in ("x-forwarded-port", "x-forwarded-prefix", "forwarded"):
+                    assert name not in sent, name
+                assert "x-real-ip" not in sent and "x-scheme" not in sent
+            finally:
+                await client.close()
+                await upstream.server.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_deleted_group_stops_answering_at_once(group, alice_key):
     async def scenario():
         upstream = await Upstream("r1").start()
