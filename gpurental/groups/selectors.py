@@ -37,10 +37,10 @@ class Quote:
 def group_quote(*, user, source, fmt: str | None = None) -> Quote:
     """What applying ``source`` would make, checked exactly as group_apply checks it
     (SpecError naming the field otherwise); nothing is written."""
-    from gpurental.groups.services import _catalog  # the apply's own catalog lookup
+    from gpurental.groups.services import group_catalog  # the apply's own catalog lookup
 
     spec = specs.check(specs.load(source, fmt))
-    image, plan, port = _catalog(spec)
+    image, plan, port = group_catalog(spec)
     spec.port = port
     exists = Group.objects.filter(user=user, name=spec.name, status=Group.Status.ACTIVE).exists()
     return Quote(spec=spec, image=image, plan=plan, exists=exists)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -66,7 +67,8 @@ def _event(group: Group, kind: str, reason: str, now=None, **counts) -> GroupEve
 # --- apply ---------------------------------------------------------------------
 
 
-def _catalog(spec: specs.Spec):
+def group_catalog(spec: specs.Spec):
+    """The image, plan and port a checked spec names, or SpecError saying which is wrong."""
     image = ImageTemplate.objects.filter(slug=spec.image, is_active=True).first()
     if image is None:
         offered = ", ".join(
@@ -112,7 +114,7 @@ def group_apply(*, user, source, fmt: str | None = None, now: datetime | None = 
     with any problem raises SpecError and changes nothing."""
     now = now or timezone.now()
     spec = specs.check(specs.load(source, fmt))
-    image, plan, port = _catalog(spec)
+    image, plan, port = group_catalog(spec)
     spec.port = port
     normal = spec.as_dict()
     values = {
@@ -131,7 +133,7 @@ def group_apply(*, user, source, fmt: str | None = None, now: datetime | None = 
     }
     with transaction.atomic():
         # One apply at a time per owner: two cannot both create the same name.
-        type(user).objects.select_for_update().filter(pk=user.pk).first()
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
         group = (
             Group.objects.select_for_update()
             .filter(user=user, name=spec.name, status=Group.Status.ACTIVE)
