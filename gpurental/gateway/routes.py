@@ -95,9 +95,12 @@ def run_of(token: str) -> str:
 
 
 def route_for(instance_id: str) -> Route | None:
-    """The route to a running instance, or None (not running, no such instance, no ports)."""
+    """The route to a running instance, or None (not running, no such instance, no ports,
+    its owner's account switched off)."""
     instance = (
-        Instance.objects.filter(pk=instance_id, status=InstanceStatus.RUNNING)
+        # A switched-off account loses the gateway as it loses SSH and the API, whatever
+        # session cookie its browser still holds.
+        Instance.objects.filter(pk=instance_id, status=InstanceStatus.RUNNING, user__is_active=True)
         .select_related("host", "image")
         .only(
             "id",

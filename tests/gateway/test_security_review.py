@@ -454,3 +454,26 @@ def test_serving_echo_reads_a_get_body_instead_of_taking_it_for_the_next_request
     finally:
         server.terminate()
         server.wait(10)
+
+
+# --- the route: who may reach a running instance --------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_deactivated_owner_loses_the_gateway_as_they_lose_ssh_and_the_api(alice):
+    """A session cookie lives GATEWAY_SESSION_TTL_S (12 h); the owner's check is made
+    against the route, which must say no once the account is switched off."""
+    from tests.factories import HostFactory, InstanceFactory
+
+    instance = InstanceFactory(
+        user=alice,
+        host=HostFactory(address="127.0.0.1"),
+        status="running",
+        jupyter_port=40001,
+        jupyter_token="t" * 32,
+        ports={"8888": 40001},
+    )
+    assert routes.route_for(str(instance.pk)) is not None
+    alice.is_active = False
+    alice.save(update_fields=["is_active"])
+    assert routes.route_for(str(instance.pk)) is None
