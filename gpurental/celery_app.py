@@ -68,6 +68,11 @@ app.conf.beat_schedule = {
         "schedule": 6 * 3600.0,
         "options": {"queue": "control", "expires": 3600},
     },
+    "billing-expire-voucher-credit": {
+        "task": "gpurental.billing.tasks.expire_voucher_credit",
+        "schedule": 300.0,
+        "options": {"queue": "control", "expires": 250},
+    },
     # --- notifications: webhook retries whose task the broker lost ---
     "notifications-webhooks-sweep": {
         "task": "gpurental.notifications.tasks.webhooks_sweep",

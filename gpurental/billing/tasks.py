@@ -11,6 +11,7 @@ from gpurental.billing.selectors import operator_zone
 from gpurental.billing.services.invoicing import invoices_generate
 from gpurental.billing.services.limits import limits_enforce
 from gpurental.billing.services.metering import meter_run
+from gpurental.billing.services.vouchers import voucher_credit_expire
 from gpurental.celery_app import app
 from gpurental.notifications.checks import low_balance_check
 
@@ -40,3 +41,9 @@ def draft_invoices() -> int:
         return 0
     last_month = local.replace(day=1) - timedelta(days=1)
     return invoices_generate(year=last_month.year, month=last_month.month, now=now)
+
+
+@app.task(name="gpurental.billing.tasks.expire_voucher_credit", time_limit=300, soft_time_limit=270)
+def expire_voucher_credit() -> int:
+    """Take back the unspent part of voucher credit past its expiry (once each)."""
+    return voucher_credit_expire(now=timezone.now())

@@ -38,6 +38,7 @@ from gpurental.client.errors import (
 )
 from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
+from gpurental.client.payments import PaymentsMixin
 from gpurental.client.sshkeys import SSHKeys
 
 USER_AGENT = f"gpurental-client/{__version__}"
@@ -63,7 +64,7 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-class Client(GroupsMixin):
+class Client(GroupsMixin, PaymentsMixin):
     """A connection to one gpurental server with one API key.
 
     ``api_key`` and ``base_url`` default to ``GPURENTAL_API_KEY`` / ``GPURENTAL_URL``,

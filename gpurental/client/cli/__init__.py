@@ -52,7 +52,15 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpurental import __version__
-from gpurental.client.cli import account, billing, groups, instances, reservations, ssh
+from gpurental.client.cli import (
+    account,
+    billing,
+    groups,
+    instances,
+    payments,
+    reservations,
+    ssh,
+)
 from gpurental.client.cli.args import Handler
 from gpurental.client.cli.exit_codes import (
     AUTH,
@@ -129,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # In this order in `gpurental --help`.
-    for group in (account, instances, ssh, reservations, groups, billing):
+    for group in (account, instances, ssh, reservations, groups, billing, payments):
         group.add_commands(command)
     return parser
 
