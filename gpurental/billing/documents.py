@@ -46,8 +46,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def invoice_csv(invoice: Invoice, lines: Sequence[InvoiceLine]) -> str:
-    """One row per line, then a ``Total`` row whose amount is the invoice total."""
+def invoice_csv(
+    invoice: Invoice, lines: Sequence[InvoiceLine], *, voucher_applied: Decimal | None = None
+) -> str:
+    """One row per line, then a ``Total`` row whose amount is the invoice total, then (when
+    vouchers paid part of it) a ``Voucher credit applied`` row, shown apart."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(CSV_HEADER)
@@ -72,6 +75,9 @@ def invoice_csv(invoice: Invoice, lines: Sequence[InvoiceLine]) -> str:
     writer.writerow(
         [csv_cell(v) for v in [*head, "Total", "", "", "", hours, invoice.total, invoice.currency]]
     )
+    if voucher_applied:
+        row = [*head, "Voucher credit applied", "", "", "", "", voucher_applied, invoice.currency]
+        writer.writerow([csv_cell(v) for v in row])
     return out.getvalue()
 
 
@@ -108,7 +114,13 @@ def _escape(text: str) -> bytes:
     return raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
 
 
-def invoice_pdf(invoice: Invoice, lines: Sequence[InvoiceLine], *, issuer: str) -> bytes:
+def invoice_pdf(
+    invoice: Invoice,
+    lines: Sequence[InvoiceLine],
+    *,
+    issuer: str,
+    voucher_applied: Decimal | None = None,
+) -> bytes:
     title = "Credit note" if invoice.kind == Invoice.Kind.CREDIT_NOTE else "Invoice"
     customer = invoice.user
     head = [
@@ -159,6 +171,11 @@ def invoice_pdf(invoice: Invoice, lines: Sequence[InvoiceLine], *, issuer: str) 
                 _Text(MARGIN, y - 10, "Total", bold=True, size=11),
                 _Text(amount_x, y - 10, f"{invoice.total:,.2f}", bold=True, size=11, right=True),
             ]
+            if voucher_applied:
+                page += [
+                    _Text(MARGIN, y - 26, "Voucher credit applied (paid from vouchers)"),
+                    _Text(amount_x, y - 26, f"{voucher_applied:,.2f}", right=True),
+                ]
         page.append(
             _Text(MARGIN, 40, f"{_number(invoice)}, page {number} of {len(chunks)}", size=8)
         )

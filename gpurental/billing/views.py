@@ -23,18 +23,32 @@ from gpurental.billing.selectors import (
     operator_zone,
     usage_by_day,
 )
+from gpurental.billing.services.vouchers import voucher_applied_between
+
+
+def _voucher_applied(invoice: Invoice):
+    """Voucher credit that paid for this invoice's month (shown apart from the total)."""
+    if invoice.kind != Invoice.Kind.INVOICE:
+        return None
+    zone = operator_zone()
+    start, end = pricing.local_month(invoice.period_start.year, invoice.period_start.month, zone)
+    return voucher_applied_between(user=invoice.user, start=start, end=end) or None
 
 
 def invoice_document_response(invoice: Invoice, fmt: str) -> HttpResponse:
     """The invoice as a PDF or CSV download."""
     lines = list(invoice.lines.order_by("id"))
     name = invoice.number or f"draft-{invoice.pk}"
+    applied = _voucher_applied(invoice)
     if fmt == "pdf":
-        body = documents.invoice_pdf(invoice, lines, issuer=settings.BILLING_ISSUER)
+        body = documents.invoice_pdf(
+            invoice, lines, issuer=settings.BILLING_ISSUER, voucher_applied=applied
+        )
         response = HttpResponse(body, content_type="application/pdf")
     elif fmt == "csv":
         response = HttpResponse(
-            documents.invoice_csv(invoice, lines), content_type="text/csv; charset=utf-8"
+            documents.invoice_csv(invoice, lines, voucher_applied=applied),
+            content_type="text/csv; charset=utf-8",
         )
     else:
         raise Http404("Unknown format: pdf or csv.")

@@ -256,3 +256,27 @@ def test_beat_runs_the_expiry_sweep(alice):
     voucher_redeem(user=alice, code="POC-WEEK", now=past)
     assert expire_voucher_credit.apply().get() == 1
     assert balance_of(user=alice) == 0
+
+
+def test_the_invoice_documents_show_the_voucher_credit_applied_apart(alice):
+    from datetime import date
+    from io import BytesIO
+
+    from pypdf import PdfReader
+
+    from gpurental.billing.models import Invoice
+    from gpurental.billing.views import invoice_document_response
+
+    make_voucher(amount="5.00")
+    voucher_redeem(user=alice, code="POC-WEEK", now=T0)
+    credit_add(user=alice, amount=Decimal("10.00"))
+    spend(alice, "7.00", T0 + timedelta(hours=1))
+    invoice = Invoice.objects.create(
+        user=alice, period_start=date(2026, 6, 1), period_end=date(2026, 7, 1), total=Decimal(7)
+    )
+    rows = invoice_document_response(invoice, "csv").content.decode().splitlines()
+    assert rows[-2].split(",")[4] == "Total"
+    assert rows[-1].split(",")[4:] == ["Voucher credit applied", "", "", "", "", "5.00", "USD"]
+    pdf = PdfReader(BytesIO(invoice_document_response(invoice, "pdf").content))
+    text = pdf.pages[0].extract_text()
+    assert "Voucher credit applied" in text and "5.00" in text
