@@ -135,9 +135,18 @@ def _record(user, event, channel, subject, data, dedupe_key, now, *, link) -> li
 
 
 def _on_commit_task(name: str, pk) -> None:
+    transaction.on_commit(lambda: _enqueue(name, pk))
+
+
+def _enqueue(name: str, pk, countdown: float = 0) -> None:
+    """Queue a task, never failing the caller (a stop or a failure that happened must not
+    raise because the broker did not answer): what is not queued, the sweep finds."""
     from gpurental.notifications import tasks
 
-    getattr(tasks, name).delay_on_commit(str(pk))
+    try:
+        getattr(tasks, name).apply_async(args=[str(pk)], countdown=countdown)
+    except Exception:
+        log.exception("could not queue %s for %s; the sweep will", name, pk)
 
 
 # --- e-mail ----------------------------------------------------------------------------
@@ -317,10 +326,8 @@ def delivery_attempt(*, delivery_id, now: datetime | None = None) -> WebhookDeli
 
 
 def _on_commit_task_later(delivery: WebhookDelivery) -> None:
-    from gpurental.notifications import tasks
-
     wait = max((delivery.next_attempt_at - timezone.now()).total_seconds(), 0)
-    tasks.webhook_deliver.apply_async(args=[str(delivery.pk)], countdown=wait)
+    _enqueue("webhook_deliver", delivery.pk, countdown=wait)
 
 
 def _notification_refresh(notification_id, now: datetime) -> None:
@@ -346,6 +353,18 @@ def delivery_resend(*, delivery: WebhookDelivery, now: datetime | None = None) -
         status=WebhookDelivery.Status.PENDING, next_attempt_at=now
     )
     return delivery_attempt(delivery_id=delivery.pk, now=now) or delivery
+
+
+def emails_stuck(*, now: datetime | None = None, limit: int = 200) -> list:
+    """Ids of e-mails still pending a minute after they were decided (their task was lost)."""
+    now = now or timezone.now()
+    return list(
+        Notification.objects.filter(
+            channel=Channel.EMAIL,
+            status=Notification.Status.PENDING,
+            created_at__lte=now - timedelta(minutes=1),
+        ).values_list("pk", flat=True)[:limit]
+    )
 
 
 def deliveries_due(*, now: datetime | None = None, limit: int = 200) -> list:

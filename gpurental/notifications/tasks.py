@@ -18,8 +18,12 @@ def webhook_deliver(delivery_id: str) -> bool:
 
 @app.task(name="gpurental.notifications.tasks.webhooks_sweep", time_limit=120, soft_time_limit=100)
 def webhooks_sweep() -> int:
-    """Deliveries whose retry task never came (a broker restart): queued again."""
+    """Deliveries whose retry task never came, e-mails whose task was lost (a broker
+    restart): queued again. Each task does nothing when its work is done already."""
     due = services.deliveries_due()
     for delivery_id in due:
         webhook_deliver.delay(str(delivery_id))
-    return len(due)
+    stuck = services.emails_stuck()
+    for notification_id in stuck:
+        email_send.delay(str(notification_id))
+    return len(due) + len(stuck)
