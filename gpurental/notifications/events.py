@@ -125,6 +125,8 @@ def _payment_received(ctx: dict) -> tuple[dict, str]:
         "provider": str(ctx.get("provider", "")),
         "balance": None if ctx.get("balance") is None else _money(ctx["balance"]),
     }
+    if ctx.get("payment_id"):  # the receipt's own page
+        return data, reverse("billing_payment", args=[ctx["payment_id"]])
     return data, reverse("billing_invoices")
 
 

@@ -95,8 +95,28 @@ def refusals():
     return AuditEvent.objects.filter(action="payment.webhook_refused")
 
 
+@pytest.fixture
+def celery_eager():
+    """Tasks run in-process, as a worker would: the receipt e-mail is one."""
+    from gpurental.celery_app import app
+
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = eager
+
+
 def test_top_up_checkout_signed_webhook_credit_then_launch_is_allowed(
-    client, stripe_api, alice, bob, plan, image, make_host, sent, django_capture_on_commit_callbacks
+    celery_eager,
+    client,
+    stripe_api,
+    alice,
+    bob,
+    plan,
+    image,
+    make_host,
+    sent,
+    django_capture_on_commit_callbacks,
 ):
     make_host("node1", plan.gpu_model)
     with pytest.raises(InsufficientBalance):
@@ -128,10 +148,12 @@ def test_top_up_checkout_signed_webhook_credit_then_launch_is_allowed(
     instance = lc.instance_launch(user=alice, image=image, plan=plan)
     assert instance.pk
 
-    # A receipt: by mail, and a page only its payer can see.
+    # A receipt: by mail (the "payment received" notification), and a page only its payer
+    # can see, which the mail links to.
     [receipt] = mail.outbox
-    assert receipt.to == [alice.email] and payment.receipt_number in receipt.subject
-    assert "20.00 USD" in receipt.body and receipt.alternatives
+    assert receipt.to == [alice.email] and receipt.subject == "Payment received: 20.00 USD"
+    assert payment.receipt_number in receipt.body and receipt.alternatives
+    assert f"/credit/payments/{payment.pk}/" in receipt.body
     page = client.get(f"/credit/payments/{payment.pk}/")
     assert page.status_code == 200 and b"20.00 USD" in page.content
     assert payment.receipt_number.encode() in client.get("/credit/").content

@@ -9,9 +9,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
@@ -24,7 +22,9 @@ from gpurental.billing.payments import (
     WebhookRefused,
     provider,
 )
+from gpurental.billing.selectors import balance_of
 from gpurental.billing.services.credits import credit_add
+from gpurental.notifications.services import notify
 
 log = logging.getLogger(__name__)
 CENT = Decimal("0.01")
@@ -181,7 +181,19 @@ def _apply(event: VerifiedEvent, *, ip_address: str | None, now: datetime) -> tu
         changes={"amount": str(payment.amount), "currency": payment.currency, "event": event.id},
         ip_address=ip_address,
     )
-    transaction.on_commit(lambda: payment_receipt_send(payment=payment))
+    # The receipt goes out as the "payment received" notification (e-mail with a link to
+    # the receipt page, and webhooks), after the commit, on the channels the payer keeps on.
+    notify(
+        payment.user,
+        "payment_received",
+        dedupe_key=f"payment:{payment.pk}",
+        amount=payment.amount,
+        currency=payment.currency,
+        reference=payment.receipt_number,
+        provider=payment.provider,
+        balance=balance_of(user=payment.user),
+        payment_id=str(payment.pk),
+    )
     return PaymentEvent.Outcome.CREDITED, f"credited {payment.amount} {payment.currency}"
 
 
@@ -205,23 +217,3 @@ def _mismatch(event: VerifiedEvent, payment: Payment | None) -> str:
             f"the payment is for {payment.amount} {payment.currency}"
         )
     return ""
-
-
-def payment_receipt_send(*, payment: Payment) -> None:
-    """E-mail the receipt (text and HTML) to the payer."""
-    context = {
-        "payment": payment,
-        "issuer": settings.BILLING_ISSUER,
-        "url": settings.PUBLIC_URL.rstrip("/") + reverse("billing_payment", args=[payment.pk]),
-    }
-    try:
-        send_mail(
-            subject=f"Receipt {payment.receipt_number}: {payment.amount} {payment.currency}",
-            message=render_to_string("billing/receipt_email.txt", context),
-            from_email=None,
-            recipient_list=[payment.user.email],
-            html_message=render_to_string("billing/receipt_email.html", context),
-        )
-    except OSError:
-        # The credit stands; the receipt stays in the console.
-        log.warning("receipt mail for payment %s could not be sent", payment.pk)
