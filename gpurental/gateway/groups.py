@@ -10,8 +10,8 @@ For every request:
 3. When none can take it, it waits in the group's FIFO queue (``queue_size`` long, at
    most QUEUE_WAIT_S) and goes out as soon as a replica frees up or a new one passes its
    health check. A full queue, or a wait that runs out, is 503 with ``Retry-After``.
-   A request that waits while no replica serves wakes the autoscaler (at most every
-   WAKE_EVERY_S per group): scale from zero.
+   A request that waits wakes the autoscaler (at most every WAKE_EVERY_S per group):
+   scale from zero, and a step in load, are decided at once, not at the next round.
 4. Each replica's ``GET /healthz`` is probed every HEALTH_EVERY_S; UNHEALTHY_AFTER
    failures in a row take it off the balancer until it answers again. A new replica is
    probed at once and serves from its first good answer.
@@ -530,7 +530,10 @@ class GroupEndpoints:
                     await self._refresh(balancer)
                     if self.balancers.get(balancer.group_id) is not balancer:
                         return
-                if balancer.waiters and not balancer.serving_ready():
+                if balancer.waiters:
+                    # Requests wait: at zero replicas (scale from zero), or because every
+                    # replica is full (a step in load). Either way the autoscaler looks now,
+                    # not at its next round.
                     self._wake_autoscaler(balancer)
                 now = time.monotonic()
                 self._probe_all(
@@ -556,8 +559,9 @@ class GroupEndpoints:
             return
         balancer.last_wake = now
         log.info(
-            "group %s: requests wait and no replica serves; waking the autoscaler",
+            "group %s: %d request(s) wait; waking the autoscaler",
             balancer.group_id,
+            len(balancer.waiters),
         )
         self._spawn(self._wake_in_thread(balancer.group_id))
 

@@ -369,6 +369,32 @@ def test_requests_wait_while_there_is_no_replica_and_go_out_when_one_appears(gro
     asyncio.run(scenario())
 
 
+def test_requests_waiting_on_full_replicas_wake_the_autoscaler_at_once(group, alice_key):
+    """A step in load: every replica is busy and requests queue; the autoscaler is asked to
+    look now rather than at its next round."""
+    woken: list[str] = []
+
+    async def scenario():
+        busy = await Upstream("busy").start()
+        busy.gate = asyncio.Event()
+        async with running_gateway(woken) as (gateway, base):
+            await db(add_replica, group, busy)
+            client = Client(base, group, alice_key)
+            try:
+                await replicas_ready(gateway, group, 1)
+                calls = [asyncio.create_task(client.call()) for _ in range(3)]  # 2 fit
+                await until(lambda: waiting(gateway, group) == 1)
+                await until(lambda: woken, what="the autoscaler's wake-up")
+                assert woken == [str(group.pk)] and busy.active == 2
+                busy.gate.set()
+                assert [s for s, _, _ in await asyncio.gather(*calls)] == [200, 200, 200]
+            finally:
+                await client.close()
+                await busy.server.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_full_queue_answers_503_with_retry_after(group, alice_key):
     group.max_concurrency = 1
     group.queue_size = 1
