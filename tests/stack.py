@@ -215,6 +215,24 @@ def gateway(agent, gateway_port, tmp_path):
         stop()
 
 
+def open_link(gateway_base: str, link: str, path: str = "/api/status") -> int:
+    """Spend a one-time link at the gateway as a browser would (to 127.0.0.1 with the link's
+    Host: glibc does not resolve *.localhost), then GET ``path`` at that origin with the
+    cookie it set. The answer's status."""
+    import requests
+
+    host, _, rest = link.split("://", 1)[1].partition("/")
+    entered = requests.get(
+        f"{gateway_base}/{rest}", headers={"Host": host}, allow_redirects=False, timeout=10
+    )
+    assert entered.status_code == 302, (entered.status_code, entered.text[:200])
+    cookie = entered.headers["Set-Cookie"].split(";", 1)[0]
+    answer = requests.get(
+        f"{gateway_base}{path}", headers={"Host": host, "Cookie": cookie}, timeout=10
+    )
+    return answer.status_code
+
+
 @pytest.fixture
 def web_server(agent, gateway_port, tmp_path):
     """The real web process (Daphne: HTTP and websockets) on the test database."""

@@ -14,7 +14,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-import requests
 
 from gpurental import __version__
 from gpurental.accounts.services import api_key_create
@@ -23,6 +22,7 @@ from gpurental.client import Client
 from gpurental.fleet.models import Host
 from tests.agent.conftest import JUPYTER_IMAGE
 from tests.factories import ImageTemplateFactory
+from tests.stack import open_link
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -36,7 +36,7 @@ SNIPPET = """\
 from gpurental.client import Client
 client = Client(api_key={api_key!r}, base_url={base_url!r})
 instance = client.create_instance(gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface")
-url = instance.connect()   # waits until running, returns the JupyterLab URL
+url = instance.connect()   # waits until running, returns a one-time link into JupyterLab
 
 import json, gpurental.client
 print(json.dumps({{"id": instance.id, "url": url, "file": gpurental.client.__file__}}))
@@ -107,7 +107,7 @@ def pytorch_image(db):
 
 @pytest.mark.timeout(300)
 def test_the_client_wheel_installs_alone_and_runs_the_articles_snippet(
-    wheel, client_venv, web_server, agent, catalog, pytorch_image, alice, tmp_path
+    wheel, client_venv, web_server, gateway, agent, catalog, pytorch_image, alice, tmp_path
 ):
     python, gpurental = client_venv / "bin" / "python", client_venv / "bin" / "gpurental"
 
@@ -143,8 +143,8 @@ def test_the_client_wheel_installs_alone_and_runs_the_articles_snippet(
 
     assert Path(got["file"]).is_relative_to(client_venv)  # the wheel's copy, not the repository's
     url = got["url"]
-    assert url.startswith("http://127.0.0.1:") and "/lab?token=" in url
-    assert requests.get(url.replace("/lab?", "/api/status?"), timeout=10).status_code == 200
+    assert url.startswith(f"http://{got['id']}.gw.localhost:") and "/_gw/enter?t=" in url
+    assert open_link(gateway, url) == 200  # JupyterLab answers through the gateway
 
     as_alice = {"GPURENTAL_API_KEY": api_key, "GPURENTAL_URL": web_server}
     listed = json.loads(run([gpurental, "ls", "--json"], cwd=tmp_path, **as_alice).stdout)

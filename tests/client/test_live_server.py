@@ -14,6 +14,7 @@ from gpurental.billing.services import credit_add
 from gpurental.fleet.models import Host
 from tests.agent.conftest import JUPYTER_IMAGE
 from tests.factories import ImageTemplateFactory
+from tests.stack import open_link
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +31,7 @@ def pytorch_image(db):
 
 
 def test_the_articles_snippet_runs_as_written(
-    web_server, agent, catalog, pytorch_image, alice, tmp_path, docker_client
+    web_server, gateway, agent, catalog, pytorch_image, alice, tmp_path, docker_client
 ):
     cache = agent.hf_cache  # the agent's own GPURENTAL_HF_CACHE_DIR
     Host.objects.filter(name=agent.host.name).update(hf_cache_dir=str(cache))
@@ -44,13 +45,13 @@ def test_the_articles_snippet_runs_as_written(
     instance = client.create_instance(
         gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface"
     )
-    url = instance.connect()  # waits until running, returns the JupyterLab URL
+    url = instance.connect()  # waits until running, returns a one-time link into JupyterLab
 
     assert client._long_poll is True  # Daphne held the request until `running`, no polling
-    assert url.startswith("http://127.0.0.1:") and "/lab?token=" in url
+    assert url.startswith(f"http://{instance.id}.gw.localhost:") and "/_gw/enter?t=" in url
+    assert open_link(gateway, url) == 200  # JupyterLab answers through the gateway
     import requests
 
-    assert requests.get(url.replace("/lab?", "/api/status?"), timeout=10).status_code == 200
     container = docker_client.containers.get(f"gpurental-{instance.id}")
     assert "HF_HOME=/models/huggingface" in container.attrs["Config"]["Env"]
     mount = next(m for m in container.attrs["Mounts"] if m["Destination"] == "/models/huggingface")
