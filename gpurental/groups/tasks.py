@@ -8,11 +8,12 @@ replicas, so a scale from zero does not wait for the next round.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.utils import timezone
 
 from gpurental.celery_app import app
-from gpurental.groups.models import Group
+from gpurental.groups.models import Group, LoadSample
 from gpurental.groups.services import group_tick as tick
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,14 @@ def group_tick(group_id: str) -> None:
     tick(group_id=group_id)
 
 
+# Pre-warm looks 7 days back; samples older than this are of no further use.
+SAMPLES_KEPT = timedelta(days=8)
+
+
 @app.task(name=GROUPS_TICK, time_limit=120, soft_time_limit=110, ignore_result=True)
 def groups_tick() -> None:
     now = timezone.now()
+    LoadSample.objects.filter(at__lt=now - SAMPLES_KEPT).delete()
     live = Group.objects.exclude(status=Group.Status.DELETED).values_list("pk", flat=True)
     for group_id in live:
         try:

@@ -232,3 +232,17 @@ def test_delete_terminates_every_replica_then_the_group(alice, serving_image, ho
     services.group_tick(group_id=group.pk, now=timezone.now())
     assert Group.objects.get(pk=group.pk).status == "deleted"
     assert GroupEvent.objects.filter(group=group, reason__contains="deleted").count() == 2
+
+
+def test_the_round_forgets_samples_pre_warm_no_longer_needs(alice, serving_image, host, sent):
+    from gpurental.groups.tasks import groups_tick
+
+    group = apply(alice, min_nodes=0, max_nodes=2)
+    now = timezone.now()
+    for days in (1, 7, 9, 30):
+        LoadSample.objects.create(group=group, at=now - dt.timedelta(days=days), ready=0,
+                                  provisioning=0, warm=0, rps=0, inflight=0, queued=0, needed=0)  # fmt: skip
+    groups_tick()
+    kept = sorted(round((now - at).total_seconds() / 86400) for at in
+                  LoadSample.objects.filter(at__lt=now - dt.timedelta(hours=1)).values_list("at", flat=True))  # fmt: skip
+    assert kept == [1, 7]
