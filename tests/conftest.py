@@ -63,10 +63,13 @@ def sent(monkeypatch):
 
     messages = []
 
-    def record(name, kwargs=None, queue=None, **options):
-        # Every command is signed for its host: check it, then keep the payload.
+    def record(name, args=None, kwargs=None, queue=None, **options):
         from gpurental import protocol
         from gpurental.fleet.models import Host
+
+        if name not in protocol.AGENT_TASKS:
+            return None  # the control plane's own tasks (notifications…): not a host command
+        # Every command is signed for its host: check it, then keep the payload.
 
         host = Host.objects.get(name=kwargs["host"])
         payload = protocol.verify(host.token_hash, kwargs, host=host.name)
