@@ -45,7 +45,7 @@ def _errors_for(path: str, method: str, operation: dict) -> dict[str, str]:
         errors["400"] = "Invalid input; error.fields names each field at fault"
         errors["409"] = (
             "Refused by the state of things: no_capacity, quota_exceeded, invalid_state, "
-            "or idempotency_key_in_progress"
+            "payments_unavailable, or idempotency_key_in_progress"
         )
         errors["422"] = "idempotency_key_reused: the Idempotency-Key was used for another request"
     elif any(p.get("in") == "query" for p in operation.get("parameters", [])):

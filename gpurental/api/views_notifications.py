@@ -127,7 +127,10 @@ class WebhookDeliveryViewSet(
             except Exception:  # not a UUID
                 exists = False
             if not exists:
-                raise NotFound(f"there is no webhook endpoint {endpoint}")
+                # A bad filter value: a 400 naming the parameter (the list itself exists).
+                raise ValidationError(
+                    {"endpoint": [f"{endpoint!r} is not one of your webhook endpoints' ids"]}
+                )
         return super().list(request, *args, **kwargs)
 
     @extend_schema(

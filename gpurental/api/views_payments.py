@@ -23,7 +23,9 @@ from gpurental.billing.services.vouchers import VoucherRefused, voucher_credit_o
 
 
 class PaymentsUnavailable(APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    """Refused by the state of things (no provider configured): a 409, like the others."""
+
+    status_code = status.HTTP_409_CONFLICT
     default_code = "payments_unavailable"
     default_detail = "top-up is not available"
 

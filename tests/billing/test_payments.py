@@ -319,9 +319,9 @@ def test_api_top_up_answers_the_checkout_url_and_payments_are_private(
     assert "amount" in bad.json()["error"]["fields"]
 
 
-def test_api_top_up_without_keys_is_503_in_the_error_shape(client_for, alice, settings):
+def test_api_top_up_without_keys_is_a_409_in_the_error_shape(client_for, alice, settings):
     settings.STRIPE_SECRET_KEY = ""
     response = client_for(alice).post("/api/v1/payments/", {"amount": "25.00"}, format="json")
-    assert response.status_code == 503
+    assert response.status_code == 409
     assert response.json()["error"]["code"] == "payments_unavailable"
     assert "not available" in response.json()["error"]["message"]

@@ -76,7 +76,7 @@ def test_another_users_endpoints_and_deliveries_are_404(alice, bob, api, endpoin
     assert client.delete(f"/api/v1/webhooks/{endpoint.pk}/").status_code == 404
     assert client.get(f"/api/v1/webhook-deliveries/{delivery.pk}/").status_code == 404
     assert client.post(f"/api/v1/webhook-deliveries/{delivery.pk}/resend/").status_code == 404
-    assert client.get(f"/api/v1/webhook-deliveries/?endpoint={endpoint.pk}").status_code == 404
+    assert client.get(f"/api/v1/webhook-deliveries/?endpoint={endpoint.pk}").status_code == 400
     assert client.get("/api/v1/webhooks/").json()["results"] == []
     assert client.get("/api/v1/webhook-deliveries/").json()["results"] == []
     assert client.get("/api/v1/notifications/").json()["results"] == []
