@@ -41,9 +41,10 @@ from django.conf import settings
 from django.db import close_old_connections
 from multidict import CIMultiDict
 
-from gpurental.gateway import groups, routes, tickets
+from gpurental.gateway import groups, routes, stats, tickets
 from gpurental.gateway.groups import HOP_BY_HOP, client_may_not_say
 from gpurental.gateway.routes import Address, Route
+from gpurental.groups import load as groups_load
 
 log = logging.getLogger("gpurental.gateway")
 
@@ -138,6 +139,8 @@ class Gateway:
         self.sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
         self.client: aiohttp.ClientSession = None  # type: ignore[assignment]  # made at startup
         self._listener: asyncio.Task | None = None
+        self._reporter: asyncio.Task | None = None
+        self.stats = stats.GatewayStats()
         self.listening = asyncio.Event()
 
     # --- the application ---------------------------------------------------
@@ -158,13 +161,15 @@ class Gateway:
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
         )
         self._listener = asyncio.create_task(self._listen())
+        self._reporter = asyncio.create_task(self._report())
         self.groups.start(self.client, self.redis)
 
     async def _stop(self, app: web.Application) -> None:
-        if self._listener:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+        for task in (self._listener, self._reporter):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.groups.stop()
         for sockets in list(self.sockets.values()):
             for ws in list(sockets):
@@ -220,10 +225,27 @@ class Gateway:
 
     # --- requests ------------------------------------------------------------
 
+    async def _report(self) -> None:
+        """Every second, this process's counts to Redis for /metrics (stats.py)."""
+        key = stats.stats_key(groups_load.process_id())
+        while True:
+            await asyncio.sleep(1.0)
+            self.stats.websockets = sum(len(s) for s in self.sockets.values())
+            try:
+                await self.redis.set(key, self.stats.encode(), ex=stats.STATS_TTL_S)
+            except Exception:  # noqa: BLE001 - metrics must never stop the gateway
+                log.debug("could not write the gateway's stats", exc_info=True)
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         group_id = groups.parse_group_host(request.host or "", self.domain)
         if group_id is not None:
             return await self.groups.handle(request, group_id)
+        started = time.monotonic()
+        response = await self._handle_instance(request)
+        self.stats.answered(response.status, time.monotonic() - started)
+        return response
+
+    async def _handle_instance(self, request: web.Request) -> web.StreamResponse:
         address = routes.parse_host(request.host or "", self.domain)
         if address is None:
             if request.path == "/healthz":

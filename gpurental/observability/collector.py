@@ -327,6 +327,43 @@ def group_families() -> list[Metric]:
     return families
 
 
+def gateway_families() -> list[Metric]:
+    """The instance gateway, summed over its live processes (gpurental/gateway/stats.py)."""
+    from gpurental.gateway.stats import BUCKETS, gateway_totals
+    from gpurental.telemetry.selectors import _redis
+
+    requests = CounterMetricFamily(
+        "gpurental_gateway_requests",
+        "Requests the instance gateway answered, by status class (summed over its processes).",
+        labels=["code"],
+    )
+    duration = HistogramMetricFamily(
+        "gpurental_gateway_request_duration_seconds",
+        "How long the instance gateway took to answer, to the end of the response.",
+    )
+    sockets = GaugeMetricFamily(
+        "gpurental_gateway_websockets", "Websockets open through the instance gateway now."
+    )
+    processes = GaugeMetricFamily(
+        "gpurental_gateway_processes", "Instance gateway processes that reported in 30 s."
+    )
+    try:
+        totals, live = gateway_totals(_redis())
+    except Exception:  # noqa: BLE001 - Redis down: say nothing rather than zeros
+        log.warning("cannot read the gateway's stats from Redis", exc_info=True)
+        return [requests, duration, sockets, processes]
+    for code, n in sorted(totals.requests.items()):
+        requests.add_metric([code], n)
+    cumulative, buckets = 0, []
+    for bound, n in zip([*map(str, BUCKETS), "+Inf"], totals.buckets, strict=True):
+        cumulative += n
+        buckets.append((bound, cumulative))
+    duration.add_metric([], buckets, round(totals.seconds, 6))
+    sockets.add_metric([], totals.websockets)
+    processes.add_metric([], live)
+    return [requests, duration, sockets, processes]
+
+
 class PlatformCollector:
     def collect(self) -> Iterator[Metric]:
         now = time.time()
@@ -336,6 +373,7 @@ class PlatformCollector:
         yield from queue_families(now=now)
         yield from task_families()
         yield from group_families()
+        yield from gateway_families()
 
 
 def render() -> bytes:

@@ -188,3 +188,42 @@ def test_a_groups_replicas_and_its_endpoints_load_are_series(client, carol, alic
     assert values(samples, "gpurental_group_queued_requests", **key) == [2]
     assert values(samples, "gpurental_group_errors", **key) == [1]
     assert alice.email not in client.get("/metrics").content.decode()
+
+
+def test_the_instance_gateways_answers_are_counted_for_metrics(client, carol):
+    """A real gateway process's worth (in this process, on a test server) answers three
+    requests; within its next report /metrics shows them, by status class, with their
+    durations."""
+    from aiohttp.test_utils import TestServer
+
+    from gpurental.gateway.http import Gateway
+    from gpurental.gateway.stats import KEY_PREFIX
+    from gpurental.rentals.events import state_redis
+
+    for key in state_redis().scan_iter(match=KEY_PREFIX + "*"):
+        state_redis().delete(key)
+
+    async def scenario():
+        import aiohttp
+
+        gateway = Gateway(domain="gw.test", scheme="http")
+        server = TestServer(gateway.app(), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with aiohttp.ClientSession() as session:
+                for host in (f"{uuid.uuid4()}.gw.test", "nowhere.example", "nowhere.example"):
+                    async with session.get(server.make_url("/"), headers={"Host": host}) as r:
+                        assert r.status == 404
+                async with session.get(server.make_url("/healthz")) as r:
+                    assert r.status == 200
+            await asyncio.sleep(1.5)  # the gateway's report, every second
+        finally:
+            await server.close()
+
+    asyncio.run(scenario())
+    samples = scrape(client, carol)
+    assert values(samples, "gpurental_gateway_requests_total", code="4xx") == [3]
+    assert values(samples, "gpurental_gateway_requests_total", code="2xx") == [1]
+    assert values(samples, "gpurental_gateway_request_duration_seconds_count") == [4]
+    assert values(samples, "gpurental_gateway_processes") == [1]
+    assert values(samples, "gpurental_gateway_websockets") == [0]
