@@ -87,6 +87,36 @@ def a100_catalog(nvml_name: str = "NVIDIA A100-SXM4-80GB"):
     return model, plan, image
 
 
+def a10g_model():
+    """An A10G 24GB (PCIe) model and its 1-GPU plan (1 vCPU, 1 GB), as the test stack has
+    them and as the launch and elastic benches launch on a simulated host: the model."""
+    from gpurental.catalog.models import GPUModel, Interconnect, Plan
+
+    model = GPUModel.objects.create(
+        slug="a10g",
+        name="A10G 24GB",
+        short_name="A10G",
+        nvml_names=["NVIDIA A10G"],
+        memory_gb=24,
+        fp16_tflops=125,
+        bf16_tflops=125,
+        fp32_tflops=31.2,
+        memory_bandwidth_gbs=600,
+        interconnect=Interconnect.PCIE,
+    )
+    Plan.objects.create(
+        slug="a10g-x1",
+        name="1× A10G",
+        gpu_model=model,
+        gpu_count=1,
+        vcpus=1,
+        memory_gb=1,
+        disk_gb=10,
+        hourly_rate=1,
+    )
+    return model
+
+
 def h100_catalog(counts=(1,)):
     """An H100 80GB SXM model, an N-GPU plan for each of ``counts`` and a JupyterLab image:
     (model, {N: plan}, image)."""

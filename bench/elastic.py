@@ -56,7 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import percentile, setup_django  # noqa: E402
+from bench.common import a10g_model, percentile, setup_django  # noqa: E402
 from bench.launch import check, gateway_env  # noqa: E402
 
 SERVING_IMAGE = "gpurental/serving-echo:latest"
@@ -86,34 +86,13 @@ class Stack:
         from gpurental.accounts.models import User
         from gpurental.accounts.services import api_key_create
         from gpurental.billing.services import credit_add
-        from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+        from gpurental.catalog.models import ImageTemplate
         from gpurental.fleet.services import host_create
         from gpurental.testing.agent_process import AgentProcess
 
         self.work, self.gpus = work, gpus
         self.procs: list[subprocess.Popen] = []
-        model = GPUModel.objects.create(
-            slug="a10g",
-            name="A10G 24GB",
-            short_name="A10G",
-            nvml_names=["NVIDIA A10G"],
-            memory_gb=24,
-            fp16_tflops=125,
-            bf16_tflops=125,
-            fp32_tflops=31.2,
-            memory_bandwidth_gbs=600,
-            interconnect=Interconnect.PCIE,
-        )
-        Plan.objects.create(
-            slug="a10g-x1",
-            name="1× A10G",
-            gpu_model=model,
-            gpu_count=1,
-            vcpus=1,
-            memory_gb=1,
-            disk_gb=10,
-            hourly_rate=1,
-        )
+        a10g_model()
         ImageTemplate.objects.create(  # as seed_demo offers it
             slug="serving-echo",
             name="Serving echo (elastic groups)",

@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import session_key, setup_django  # noqa: E402
+from bench.common import a10g_model, session_key, setup_django  # noqa: E402
 
 IMAGE = "gpurental/jupyter-cpu:latest"
 
@@ -68,34 +68,13 @@ class Platform:
 
         from gpurental.accounts.services import api_key_create
         from gpurental.billing.services import credit_add
-        from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+        from gpurental.catalog.models import ImageTemplate
         from gpurental.fleet.services import host_create
         from gpurental.testing.agent_process import AgentProcess
 
         self.work = work
         self.procs: list[subprocess.Popen] = []
-        self.model = GPUModel.objects.create(
-            slug="a10g",
-            name="A10G 24GB",
-            short_name="A10G",
-            nvml_names=["NVIDIA A10G"],
-            memory_gb=24,
-            fp16_tflops=125,
-            bf16_tflops=125,
-            fp32_tflops=31.2,
-            memory_bandwidth_gbs=600,
-            interconnect=Interconnect.PCIE,
-        )
-        Plan.objects.create(
-            slug="a10g-x1",
-            name="1× A10G",
-            gpu_model=self.model,
-            gpu_count=1,
-            vcpus=1,
-            memory_gb=1,
-            disk_gb=10,
-            hourly_rate=1,
-        )
+        self.model = a10g_model()
         # The article's framework; on a host without NVIDIA GPUs it runs the CPU image.
         self.image = ImageTemplate.objects.create(
             slug="pytorch-2.1",

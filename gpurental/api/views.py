@@ -77,6 +77,20 @@ class LookupMixin:
         return obj
 
 
+class OwnedMixin(LookupMixin):
+    """The caller's own rows of ``model`` (``owner_field`` names the user), by UUID, and
+    nothing else: another customer's is a 404 worded as if it did not exist."""
+
+    model = None
+    owner_field = "user"
+    lookup_value_regex = UUID_RE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation
+            return self.model.objects.none()
+        return self.model.objects.filter(**{self.owner_field: self.request.user})
+
+
 # --- catalog ------------------------------------------------------------------
 
 
@@ -332,7 +346,7 @@ def _forget_secret(body: dict) -> dict:
 
 @extend_schema(tags=["account"])
 class ApiKeyViewSet(
-    LookupMixin,
+    OwnedMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.DestroyModelMixin,
@@ -341,15 +355,9 @@ class ApiKeyViewSet(
     """Your API keys. The key itself is shown once, when it is created."""
 
     scope_area = "account"
-
+    model = ApiKey
     noun = "API key"
     serializer_class = s.ApiKeySerializer
-    lookup_value_regex = UUID_RE
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return ApiKey.objects.none()
-        return ApiKey.objects.filter(user=self.request.user)
 
     @extend_schema(
         summary="Create an API key (the response is the only time the key is shown)",

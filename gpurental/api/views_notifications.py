@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from gpurental.api import serializers_notifications as s
 from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
+from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, OwnedMixin
 from gpurental.notifications import services
 from gpurental.notifications.events import EVENTS
 from gpurental.notifications.models import Notification, WebhookDelivery, WebhookEndpoint
@@ -25,7 +25,7 @@ def _refused(exc: WebhookRefused) -> ValidationError:
 
 @extend_schema(tags=["notifications"])
 class WebhookEndpointViewSet(
-    LookupMixin,
+    OwnedMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.DestroyModelMixin,
@@ -34,14 +34,9 @@ class WebhookEndpointViewSet(
     """Your webhook endpoints: each event you keep on is POSTed to them, signed."""
 
     scope_area = "account"
+    model = WebhookEndpoint
     noun = "webhook endpoint"
     serializer_class = s.WebhookEndpointSerializer
-    lookup_value_regex = UUID_RE
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return WebhookEndpoint.objects.none()
-        return WebhookEndpoint.objects.filter(user=self.request.user)
 
     @extend_schema(
         summary="Register a webhook endpoint (the answer holds its secret, shown only once)",
@@ -146,17 +141,13 @@ class WebhookDeliveryViewSet(
 
 
 @extend_schema(tags=["notifications"])
-class NotificationViewSet(LookupMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+class NotificationViewSet(OwnedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Notifications sent to you (e-mail and webhook), newest first."""
 
     scope_area = "account"
+    model = Notification
     noun = "notification"
     serializer_class = s.NotificationSerializer
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return Notification.objects.none()
-        return Notification.objects.filter(user=self.request.user)
 
 
 @extend_schema(tags=["notifications"])

@@ -13,12 +13,12 @@ from gpurental.accounts.services import ssh_key_add, ssh_key_delete
 from gpurental.accounts.sshkeys import SSHKeyRefused
 from gpurental.api import serializers_sshkeys as s
 from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
+from gpurental.api.views import IDEMPOTENCY_KEY, OwnedMixin
 
 
 @extend_schema(tags=["account"])
 class SSHKeyViewSet(
-    LookupMixin,
+    OwnedMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.DestroyModelMixin,
@@ -27,15 +27,9 @@ class SSHKeyViewSet(
     """Your SSH public keys: `ssh <instance id>@<SSH gateway>` lets in any of them."""
 
     scope_area = "account"
-
+    model = SSHKey
     noun = "SSH key"
     serializer_class = s.SSHKeySerializer
-    lookup_value_regex = UUID_RE
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return SSHKey.objects.none()
-        return SSHKey.objects.filter(user=self.request.user)
 
     @extend_schema(
         summary="Add an SSH public key",
