@@ -2,9 +2,11 @@
 serving image, until its ``/healthz`` answers through the published port:
 
 - **create + start**: no container kept (the image is on the host): what a cold start
-  on the host costs at the engine, and what promoting a stopped gpurental instance does
+  on the host costs at the engine, and what starting a stopped gpurental instance does
   (each start makes the run's secrets anew, so the container is made again);
-- **start of a stopped container**: the container kept, stopped (``docker stop``);
+- **start of a stopped container**: the container kept, stopped (``docker stop``): what
+  promoting a group's warm replica does (it is parked with ``keep_container`` and
+  started again with the same run, see gpurental/groups/services.py);
 - **unpause**: the container kept running, frozen (``docker pause``).
 
 Stopped and not-kept hold nothing; a paused container keeps its memory and its GPU (the

@@ -18,6 +18,7 @@ from gpurental.agent.activity import Holding, Holdings
 from gpurental.agent.gpus import GpuSource
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import ContainerRuntimeError, ContainerSpec, Runtime
+from gpurental.agent.runtimes.base import dedicated_fields
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class HostAgent:
             data["ssh_port"] = ssh["port"]
             data["ssh_host_key"] = ssh["host_key"]
             data["ssh_authorized_keys"] = ssh["authorized_keys"]
+        dedicated = data.pop("dedicated", None)
+        if dedicated:
+            data.update(dedicated_fields(dedicated))
         if data.pop("mount_model_cache", False):
             if not self.hf_cache_dir:
                 raise ValueError(
@@ -115,8 +119,6 @@ class HostAgent:
         try:
             container_spec = self._fit_cpus(self._spec(protocol.spec_check(spec)), progress)
             self._free_gpus_for(container_spec, progress)
-            progress(f"pulling image {container_spec.image} if needed")
-            self.runtime.ensure_image(container_spec.image, progress)
             started = self.runtime.start(container_spec, progress)
         except (ContainerRuntimeError, ValueError) as exc:  # SpecRefused is a ValueError
             self.reporter.report(instance_id, "failed", reason=str(exc))
@@ -171,10 +173,10 @@ class HostAgent:
         self._quietly(self.runtime.stop, spec["instance_id"])
         self.start(spec)
 
-    def stop(self, instance_id: str) -> None:
+    def stop(self, instance_id: str, keep_container: bool = False) -> None:
         self.holdings.untrack(instance_id)
         try:
-            self.runtime.stop(instance_id)
+            self.runtime.stop(instance_id, keep_container=keep_container)
         except ContainerRuntimeError as exc:
             self.reporter.report(instance_id, "error", action="stop", reason=str(exc))
             raise

@@ -82,7 +82,10 @@ def _register(app: Celery) -> None:
     )
     def instance_stop(**message) -> None:
         if (payload := _accepted(message)) is not None:
-            _current().stop(payload["instance_id"])
+            # keep_container: a warm replica parked with its container created (groups).
+            _current().stop(
+                payload["instance_id"], keep_container=bool(payload.get("keep_container"))
+            )
 
     @app.task(
         name=protocol.REMOVE,

@@ -8,8 +8,10 @@
 
 Replicas are ordinary instances: they go through the lifecycle services, so they are
 placed, metered, quota- and balance-checked exactly like any other. A warm replica is a
-stopped instance: it was started once (its image is on the host, its /workspace made),
-holds no GPU and costs nothing while it waits; promoting it is a start on the same host.
+stopped instance: it was started once, then parked with its container kept (created,
+stopped: its image, ports and mounts in place), holds no GPU and costs no GPU time while
+it waits; promoting it starts that same container again (``same_run``), on its GPUs when
+they are free, skipping the image and creation steps.
 """
 
 from __future__ import annotations
@@ -425,7 +427,8 @@ def _scale_out(group: Group, replicas: Replicas, count: int, now) -> bool:
         try:
             if replicas.warm:
                 replica = replicas.warm.pop(0)
-                lifecycle.instance_start(instance=replica, now=now)
+                # Its kept container, on its GPUs when they are free: no image or creation step.
+                lifecycle.instance_start(instance=replica, now=now, same_run=True)
                 _set_role(group, replica, "serving", "promoted from the warm pool", now)
             else:
                 replica = lifecycle.instance_launch(
@@ -462,7 +465,10 @@ def _retire_drained(group: Group, replicas: Replicas, load, now) -> bool:
             continue
         if replica.status == S.RUNNING and warm_count < group.warm_pool_size:
             lifecycle.instance_stop(
-                instance=replica, reason="drained: back to the warm pool", now=now
+                instance=replica,
+                reason="drained: back to the warm pool",
+                now=now,
+                keep_container=True,
             )
             _set_role(group, replica, "warm", "drained: back to the warm pool", now)
             warm_count += 1
@@ -487,7 +493,9 @@ def _keep_warm_pool(group: Group, replicas: Replicas, now) -> bool:
     changed = False
     for replica in replicas.filling:
         if replica.status == S.RUNNING:  # started once: park it
-            lifecycle.instance_stop(instance=replica, reason="parked in the warm pool", now=now)
+            lifecycle.instance_stop(
+                instance=replica, reason="parked in the warm pool", now=now, keep_container=True
+            )
             _event(
                 group,
                 GroupEvent.Kind.REPLICA,

@@ -54,6 +54,21 @@ def container_spec(instance: Instance) -> dict:
         # Whether to mount the host's model cache; the path is the agent's own setting.
         "mount_model_cache": bool(instance.mount_model_cache),
         "command": list(image.command or []),
+        **_dedicated(instance),
+    }
+
+
+def _dedicated(instance: Instance) -> dict:
+    """On a leased whole host: the host's CPUs and memory, and the dedicated options."""
+    if instance.lease_id is None:
+        return {}
+    from gpurental.baremetal.selectors import dedicated_options  # baremetal imports rentals
+
+    options = dedicated_options(instance.lease)
+    return {
+        "cpu_count": options.pop("cpu_count"),
+        "memory_mb": options.pop("memory_mb"),
+        "dedicated": options,
     }
 
 
@@ -76,22 +91,26 @@ def restart(instance: Instance) -> None:
     _send_spec(instance, protocol.RESTART)
 
 
-def stop(instance: Instance) -> None:
-    stop_id(instance.host, str(instance.id))
+def stop(instance: Instance, *, keep_container: bool = False) -> None:
+    stop_id(instance.host, str(instance.id), keep_container=keep_container)
 
 
 def remove(instance: Instance) -> None:
     remove_id(instance.host, str(instance.id))
 
 
-def _send_id(host, task: str, instance_id: str) -> None:
-    message = _signed(host, instance_id=instance_id)
+def _send_id(host, task: str, instance_id: str, **extra) -> None:
+    message = _signed(host, instance_id=instance_id, **extra)
     transaction.on_commit(lambda: app.send_task(task, kwargs=message, queue=host.queue))
 
 
-def stop_id(host, instance_id: str) -> None:
-    """Container goes, /workspace stays."""
-    _send_id(host, protocol.STOP, instance_id)
+def stop_id(host, instance_id: str, *, keep_container: bool = False) -> None:
+    """Container goes, /workspace stays; with ``keep_container`` the container is only
+    stopped, so that the next start of the same run skips the image and creation steps
+    (a group's warm replica). An agent from before this flag removes it: the next start
+    then creates it again, which is slower but the same."""
+    extra = {"keep_container": True} if keep_container else {}
+    _send_id(host, protocol.STOP, instance_id, **extra)
 
 
 def remove_id(host, instance_id: str) -> None:

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from gpurental.accounts.services import api_key_create
+from gpurental.agent.runtimes.docker import container_name
 from gpurental.groups import services
 from gpurental.groups.models import Group
 from gpurental.rentals.models import Instance
@@ -150,7 +151,7 @@ def test_from_zero_requests_wait_then_a_queue_scales_out_then_a_drain_loses_noth
     assert endpoint.infer(ms=10).status_code == 200
 
 
-def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group):
+def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group, docker_client):
     group, endpoint, _ = make_group(
         min_nodes=0,
         max_nodes=1,
@@ -164,6 +165,13 @@ def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group):
         "a parked warm replica",
     )
     (warm,) = replicas(group, group_role="warm")
+    # Parked: its container is kept, created and stopped (no GPU, no process).
+    wait_for(
+        lambda: docker_client.containers.get(container_name(str(warm.pk))).status == "exited",
+        30,
+        "the parked container stopped",
+    )
+    parked = docker_client.containers.get(container_name(str(warm.pk)))
     started = time.monotonic()
     answer = endpoint.infer(ms=50)
     print(f"\nwarm promotion: the request answered after {time.monotonic() - started:.1f} s")
@@ -171,6 +179,13 @@ def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group):
     serving = replicas(group, group_role="serving")
     assert [r.pk for r in serving] == [warm.pk]
     assert any("promoted from the warm pool" in r for r in reasons(group, "replica"))
+    # Promotion started that same container: no image step, no creation step.
+    running = docker_client.containers.get(container_name(str(warm.pk)))
+    assert (running.id, running.status) == (parked.id, "running")
+    steps = [f"{step} {reason}" for step, reason in warm.events.values_list("step", "reason")]
+    kept = [i for i, s in enumerate(steps) if "starting the kept container" in s]
+    assert kept, steps
+    assert not any("creating container" in s for s in steps[kept[-1] :]), steps
     # The pool refills in the background: a new replica is started once, then parked.
     wait_for(
         lambda: len(replicas(group, group_role="warm", status="stopped")) == 1,

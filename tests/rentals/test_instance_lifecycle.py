@@ -272,3 +272,68 @@ def test_progress_steps_reach_the_instance_channel_group_live(alice, a100, make_
         received[-1]["from_status"] == "provisioning"
         and received[-1]["reason"] == "JupyterLab is ready"
     )
+
+
+def _gpu_indices(instance):
+    return sorted(
+        Allocation.objects.filter(instance=instance, period__upper_inf=True).values_list(
+            "gpu__index", flat=True
+        )
+    )
+
+
+@pytest.fixture
+def parked(alice, bob, a100, make_host, image, sent, run):
+    """alice's instance on GPUs 2 and 3, stopped with its container kept; 0 and 1 free."""
+    make_host("node1", a100)
+    first = run(lc.instance_launch, user=bob, image=image, gpu_model=a100, gpu_count=2)
+    instance = run(lc.instance_launch, user=alice, image=image, gpu_model=a100, gpu_count=2)
+    run(lc.instance_report_running, instance_id=str(instance.pk), port=4000, container_id="c")
+    run(lc.instance_terminate, instance=first, actor=bob)
+    assert _gpu_indices(instance) == [2, 3]
+    run(lc.instance_stop, instance=instance, actor=alice, keep_container=True)
+    run(lc.instance_report_stopped, instance_id=str(instance.pk))
+    instance.refresh_from_db()
+    return instance
+
+
+def test_a_stop_that_keeps_the_container_says_so_to_the_agent(parked, sent):
+    (stop,) = [m for m in sent if m["task"] == "instance_stop"]
+    assert stop["keep_container"] is True
+    assert parked.status == S.STOPPED and _gpu_indices(parked) == []
+
+
+def test_a_plain_stop_does_not_keep_the_container(running, run, alice, sent):
+    run(lc.instance_stop, instance=running, actor=alice)
+    (stop,) = [m for m in sent if m["task"] == "instance_stop"]
+    assert "keep_container" not in stop
+
+
+def test_starting_the_same_run_keeps_its_secrets_and_takes_its_gpus_again(parked, run, sent):
+    token, host_key = parked.jupyter_token, parked.ssh_host_key
+    run(lc.instance_start, instance=parked, same_run=True)
+    parked.refresh_from_db()
+    # Its GPUs, not the lower free ones placement would choose: the spec is the one the
+    # kept container was made for, so the agent only starts it.
+    assert _gpu_indices(parked) == [2, 3]
+    assert (parked.jupyter_token, parked.ssh_host_key) == (token, host_key)
+    assert sent[-1]["task"] == "instance_start" and sent[-1]["spec"]["token"] == token
+    assert "the kept container" in parked.status_reason
+
+
+def test_the_same_run_moves_to_other_gpus_when_its_own_are_taken(parked, run, bob, a100, image):
+    other = run(lc.instance_launch, user=bob, image=image, gpu_model=a100, gpu_count=2)
+    for allocation, index in zip(other.allocations.order_by("gpu__index"), (2, 3), strict=True):
+        allocation.gpu = allocation.gpu.host.gpus.get(index=index)
+        allocation.save(update_fields=["gpu"])
+    run(lc.instance_start, instance=parked, same_run=True)
+    parked.refresh_from_db()
+    assert parked.status == S.PENDING and len(_gpu_indices(parked)) == 2
+    assert not {2, 3} & set(_gpu_indices(parked))
+
+
+def test_a_plain_start_makes_new_secrets(parked, run):
+    token = parked.jupyter_token
+    run(lc.instance_start, instance=parked)
+    parked.refresh_from_db()
+    assert parked.jupyter_token != token and len(_gpu_indices(parked)) == 2

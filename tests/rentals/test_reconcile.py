@@ -320,3 +320,28 @@ def test_draining_host_keeps_its_running_instances(a100, make_host, running_on):
     fleet_reconcile()
     instance.refresh_from_db()
     assert instance.status == S.RUNNING
+
+
+def test_a_warm_replicas_parked_container_is_left_alone(
+    a100, make_host, running_on, alice, sent, beat
+):
+    from tests.factories import GroupFactory
+
+    now = timezone.now()
+    host = make_host("node1", a100, last_heartbeat_at=now)
+    warm, plain = (
+        running_on(host, now - timedelta(minutes=5)),
+        running_on(host, now - timedelta(minutes=5)),
+    )
+    warm.group, warm.group_role = GroupFactory(user=alice), "warm"
+    warm.save(update_fields=["group", "group_role"])
+    for instance in (warm, plain):
+        lc.instance_stop(instance=instance, actor=alice, now=now - timedelta(minutes=4))
+        lc.instance_report_stopped(instance_id=str(instance.pk), now=now - timedelta(minutes=4))
+    sent.clear()
+    beat(host, at=now, containers={str(warm.pk): "exited", str(plain.pk): "exited"})
+    # The plain instance's leftover goes; the warm replica's kept container stays parked.
+    assert {m["instance_id"]: m["task"] for m in sent} == {str(plain.pk): "instance_stop"}
+    sent.clear()
+    beat(host, at=now + timedelta(seconds=5), containers={str(warm.pk): "running"})
+    assert commands(sent, warm) == ["instance_stop"]  # stopped but running: not parked

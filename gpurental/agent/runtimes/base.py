@@ -14,8 +14,12 @@ One small interface, one adapter per runtime:
     ensure_image(image, progress)     the image is on this host, or ImageNotFound
     start(spec, progress) -> Started  create and start the instance and return once
                                       JupyterLab answers with the token (and refuses
-                                      without it). Repeating it is harmless.
-    stop(instance_id)                 the container or process goes; /workspace stays
+                                      without it). Repeating it is harmless. A kept
+                                      container made for the very same spec is only
+                                      started again (no image or creation step).
+    stop(instance_id, keep_container) the container or process goes; /workspace stays.
+                                      keep_container: stop it but keep it created (a
+                                      group's warm replica; docker only)
     remove(instance_id)               container or process and /workspace go
     list_instances() -> {id: state}   Docker's states ("running", "exited", …), plus
                                       "stopped" for a workspace with nothing running
@@ -34,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -91,6 +96,12 @@ class ContainerSpec:
     ssh_port: int | None = None
     ssh_host_key: str = ""
     ssh_authorized_keys: str = ""
+    # A leased whole host (the spec's optional ``dedicated``; see dedicated_fields):
+    # /dev/shm size, host networking, and the RDMA device nodes the agent found.
+    dedicated: bool = False
+    shm_size_mb: int = 0
+    host_network: bool = False
+    infiniband_devices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)
@@ -120,6 +131,25 @@ class ContainerSpec:
         return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
+INFINIBAND_DIR = "/dev/infiniband"
+
+
+def dedicated_fields(options: dict, infiniband_dir: str = INFINIBAND_DIR) -> dict:
+    """ContainerSpec fields for a spec's ``dedicated`` options. The RDMA device nodes
+    come from this host's own /dev, never from the message."""
+    devices = ()
+    if os.path.isdir(infiniband_dir):
+        devices = tuple(
+            sorted(os.path.join(infiniband_dir, name) for name in os.listdir(infiniband_dir))
+        )
+    return {
+        "dedicated": True,
+        "shm_size_mb": int(options.get("shm_size_mb") or 0),
+        "host_network": bool(options.get("host_network")),
+        "infiniband_devices": devices,
+    }
+
+
 @dataclass(frozen=True)
 class Started:
     container_id: str  # Docker container id, or "pid:<n>" for the process runtime
@@ -138,7 +168,7 @@ class Runtime(Protocol):
 
     def start(self, spec: ContainerSpec, progress: Progress) -> Started: ...
 
-    def stop(self, instance_id: str) -> None: ...
+    def stop(self, instance_id: str, keep_container: bool = False) -> None: ...
 
     def remove(self, instance_id: str) -> None: ...
 

@@ -22,7 +22,7 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
-from docker.types import DeviceRequest, LogConfig, Mount
+from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from . import network
 from .base import (
@@ -43,6 +43,8 @@ WORKSPACE = "/workspace"
 HF_CACHE_MOUNT = "/models/huggingface"
 LOG_MAX_SIZE, LOG_MAX_FILES = "10m", 3  # at most 30 MB of logs per container
 _GONE_STATES = ("exited", "dead")
+# A stopped container that may be started again as it is ("dead" ones may not).
+_KEPT_STATES = ("exited", "created")
 _NO_GPU_DRIVER = "could not select device driver"
 
 
@@ -94,7 +96,7 @@ def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
         device_requests.append(
             DeviceRequest(device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]])
         )
-    return {
+    kwargs = {
         "image": spec.image,
         "command": list(spec.command) or None,
         "name": container_name(spec.instance_id),
@@ -118,6 +120,38 @@ def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
             type="json-file", config={"max-size": LOG_MAX_SIZE, "max-file": str(LOG_MAX_FILES)}
         ),
     }
+    if spec.dedicated:
+        kwargs.update(dedicated_kwargs(spec))
+    return kwargs
+
+
+# NVIDIA's recommendation for NCCL and multi-GPU frameworks in containers.
+DEDICATED_ULIMITS = (
+    Ulimit(name="memlock", soft=-1, hard=-1),  # RDMA registers (pins) large buffers
+    Ulimit(name="stack", soft=67108864, hard=67108864),
+)
+
+
+def dedicated_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """What a leased whole host adds for multi-GPU and multi-node training. The rest of
+    the hardening stays (no privileges, no capabilities, no-new-privileges, pids limit):
+
+    - a large /dev/shm rather than ``--ipc=host``: NCCL's shared-memory transport needs
+      room, not the host's IPC namespace, and the agent's own IPC stays apart;
+    - memlock unlimited and a 64 MiB stack;
+    - the host's /dev/infiniband nodes (found by the agent on its own /dev), rwm;
+    - host networking only when the spec says so (the operator allowed it on this
+      host): the container then uses the host's NICs and addresses directly.
+    """
+    extra: dict[str, Any] = {"ulimits": list(DEDICATED_ULIMITS)}
+    if spec.shm_size_mb:
+        extra["shm_size"] = f"{spec.shm_size_mb}m"
+    if spec.infiniband_devices:
+        extra["devices"] = [f"{path}:{path}:rwm" for path in spec.infiniband_devices]
+    if spec.host_network:
+        # Ports are the container's own on the host; nothing is published or proxied.
+        extra.update(network_mode="host", network=None, ports=None, hostname=None)
+    return extra
 
 
 @contextlib.contextmanager
@@ -190,8 +224,9 @@ class DockerRuntime:
     # --- lifecycle ----------------------------------------------------------
 
     def start(self, spec: ContainerSpec, progress: Progress) -> Started:
-        self.ensure_image(spec.image, progress)
         container = self._find(spec.instance_id)
+        if container is not None and self._kept_for(container, spec):
+            container = self._start_kept(container, progress)
         if container is not None and not self._matches(container, spec):
             # The control plane's spec is authoritative: a stopped leftover, or a
             # container made for other GPUs or another token, must not be reused.
@@ -199,6 +234,8 @@ class DockerRuntime:
             self._remove_container(container)
             container = None
         if container is None:
+            progress(f"pulling image {spec.image} if needed")
+            self.ensure_image(spec.image, progress)
             container = self._create_and_start(spec, progress)
         try:
             started = self._published(container, spec)
@@ -217,10 +254,17 @@ class DockerRuntime:
             raise
         return replace(started, ready_s=ready_s)
 
-    def stop(self, instance_id: str) -> None:
+    def stop(self, instance_id: str, keep_container: bool = False) -> None:
         container = self._find(instance_id)
-        if container is not None:
-            self._remove_container(container)
+        if container is None:
+            return
+        if keep_container:
+            # Parked (a group's warm replica): stopped, still created with its image,
+            # ports and mounts, so that starting it again skips those steps.
+            with _engine_errors(f"stop container {container.name}"):
+                container.stop(timeout=self.stop_timeout_s)
+            return
+        self._remove_container(container)
 
     def remove(self, instance_id: str) -> None:
         self.stop(instance_id)
@@ -274,6 +318,27 @@ class DockerRuntime:
             container.status == "running" and container.labels.get(LABEL_SPEC) == spec.fingerprint()
         )
 
+    @staticmethod
+    def _kept_for(container: Container, spec: ContainerSpec) -> bool:
+        """A stopped container made for exactly this spec (same GPUs, same run secrets)."""
+        return (
+            container.status in _KEPT_STATES
+            and container.labels.get(LABEL_SPEC) == spec.fingerprint()
+        )
+
+    def _start_kept(self, container: Container, progress: Progress) -> Container | None:
+        """Start a kept container again; None (it is removed) if the engine refuses."""
+        progress("starting the kept container (no image or creation step)")
+        try:
+            with _engine_errors(f"start container {container.name}"):
+                container.start()
+                container.reload()
+        except RuntimeFailure as exc:
+            progress(f"the kept container would not start ({exc}); creating a new one")
+            self._remove_container(container)
+            return None
+        return container
+
     def _ensure_volume(self, instance_id: str) -> None:
         name = volume_name(instance_id)
         with _engine_errors(f"create volume {name}"):
@@ -320,6 +385,8 @@ class DockerRuntime:
         with _engine_errors("inspect the container"):
             container.reload()
         published = container.attrs["NetworkSettings"]["Ports"] or {}
+        if spec.host_network:  # the host's own stack: each port is itself on the host
+            published = {f"{p}/tcp": [{"HostPort": str(p)}] for p in spec.published_ports}
         ports = {}
         for port in spec.published_ports:
             bindings = published.get(f"{port}/tcp")

@@ -4,7 +4,8 @@ the lifecycle's named transitions change the instances.
 - From each container list a host sends (with the time it was taken): a running
   instance whose container is gone or exited is stopped (its /workspace kept); an
   unreachable or lost instance whose host answers again is settled; a container the
-  platform no longer wants is stopped, and removed only for a terminated instance.
+  platform no longer wants is stopped, and removed only for a terminated instance; a
+  group's warm replica keeps its stopped container (parked, to be started as it is).
 - Periodically: hosts without a heartbeat go offline; their running instances become
   unreachable (billing stops at the last heartbeat, GPUs held), and after
   ``HOST_LOST_AFTER`` lost (GPUs released). Launches, stops and removals that never
@@ -33,6 +34,8 @@ from gpurental.rentals.services import lifecycle
 log = logging.getLogger(__name__)
 S = InstanceStatus
 GRACE = timedelta(seconds=2)
+# The states of a container kept stopped for a warm replica (``keep_container``).
+PARKED_STATES = ("exited", "created")
 
 
 def host_containers_reconcile(
@@ -56,13 +59,15 @@ def host_containers_reconcile(
         )
 
     rows = Instance.objects.filter(pk__in=_uuids(containers)).values_list(
-        "pk", "status", "status_changed_at"
+        "pk", "status", "status_changed_at", "group_role"
     )
-    known = {str(pk): (status, changed) for pk, status, changed in rows}
+    known = {str(pk): (status, changed, role) for pk, status, changed, role in rows}
     for instance_id, state in containers.items():
-        status, changed = known.get(instance_id, (None, None))
+        status, changed, role = known.get(instance_id, (None, None, ""))
         if changed is not None and changed >= settled_before:
             continue  # a transition is under way; the next list decides
+        if status == S.STOPPED and role == "warm" and state in PARKED_STATES:
+            continue  # a group's warm replica, parked with its container kept
         if status == S.TERMINATED:
             log.info("host %s: removing what terminated instance %s left", host.name, instance_id)
             hostcalls.remove_id(host, instance_id)

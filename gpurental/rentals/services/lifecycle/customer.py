@@ -7,13 +7,13 @@ import secrets
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from gpurental.accounts.models import User
 from gpurental.billing.services import metering, prepaid
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
-from gpurental.fleet.models import Host
+from gpurental.fleet.models import GPU, Host
 from gpurental.gateway import sshkeys
 from gpurental.rentals import hostcalls, selectors
 from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
@@ -165,6 +165,38 @@ def instance_launch_reserved(
     return instance
 
 
+def instance_launch_leased(*, lease, image: ImageTemplate, actor: User | None, now: datetime):
+    """A new instance on every GPU of a dedicated host's lease (the lease locked by the
+    caller, active, with no instance holding it: gpurental/baremetal/services.py checks)."""
+    plan = lease.plan.instance_plan
+    instance = Instance.objects.create(
+        user_id=lease.user_id,
+        name=f"dedicated {lease.host.name}",
+        plan=plan,
+        gpu_model=lease.plan.gpu_model,
+        gpu_count=lease.plan.gpu_count,
+        image=image,
+        host_id=lease.host_id,
+        lease=lease,
+        status=S.PENDING,
+        status_changed_at=now,
+        **run_secrets(image),
+        idle_stop_minutes=0,  # the lease is billed whether it runs or not
+        created_at=now,
+    )
+    allocations = Allocation.objects.filter(lease=lease)
+    allocations.update(instance=instance)
+    gpus = ", ".join(str(i) for i in sorted(allocations.values_list("gpu__index", flat=True)))
+    instance = _lock(instance)
+    _created(
+        instance,
+        reason=f"launched on dedicated host {lease.host.name}, GPUs {gpus}; the lease runs "
+        f"until {lease.end:%Y-%m-%d %H:%M} UTC",
+        actor=actor,
+    )
+    return instance
+
+
 def _created(instance: Instance, *, reason: str, actor: User | None = None) -> None:
     now = instance.status_changed_at
     _event(
@@ -194,8 +226,16 @@ def _check_quota(user: User, count: int, *, extra: str = "") -> None:
 
 
 def instance_stop(
-    *, instance: Instance, actor: User | None = None, reason: str = "", now: datetime | None = None
+    *,
+    instance: Instance,
+    actor: User | None = None,
+    reason: str = "",
+    now: datetime | None = None,
+    keep_container: bool = False,
 ):
+    """Stop: billing ends, the GPUs go back, /workspace stays. ``keep_container``: the
+    agent keeps the stopped container (a group's warm replica), for ``instance_start``
+    with ``same_run``."""
     now = now or timezone.now()
     with transaction.atomic():
         instance = _lock(instance)
@@ -216,7 +256,7 @@ def instance_stop(
                 actor=actor,
                 **billing,
             )
-            hostcalls.stop(instance)
+            hostcalls.stop(instance, keep_container=keep_container)
         else:
             # The host is silent: nothing to wait for. When it returns, its container is
             # stopped (never removed) by reconciliation.
@@ -234,9 +274,19 @@ def instance_stop(
 
 
 def instance_start(
-    *, instance: Instance, actor: User | None = None, now: datetime | None = None
+    *,
+    instance: Instance,
+    actor: User | None = None,
+    now: datetime | None = None,
+    same_run: bool = False,
 ) -> Instance:
-    """Start a stopped instance again, on the same host (its /workspace lives there)."""
+    """Start a stopped instance again, on the same host (its /workspace lives there).
+
+    ``same_run`` (a group's warm replica, parked with ``keep_container``): keep the run's
+    secrets and take the same GPUs when they are free, so that the start spec is the one
+    the kept container was made for and the agent only starts it. Links and cookies of
+    the last run stay valid then; a group's replicas are reached through its endpoint,
+    by its owner's keys, so nothing opens to anyone else."""
     now = now or timezone.now()
     if instance.reservation_id is None:
         # The last run is charged in full before its stop time is forgotten.
@@ -254,18 +304,19 @@ def instance_start(
         if instance.reservation_id is not None:
             gpus = _reserved_gpus(instance, now)
         else:
-            gpus = _allocate_again(instance, now)
+            gpus = _allocate_again(instance, now, same_gpus=same_run)
         _move(
             instance,
             S.PENDING,
             allowed_from={S.STOPPED},
-            reason=f"started again on {instance.host.name}, GPUs {gpus}",
+            reason=f"started again on {instance.host.name}, GPUs {gpus}"
+            + (" (the kept container)" if same_run else ""),
             now=now,
             actor=actor,
             stopped_at=None,
             running_since=None,
             # New secrets for each run: links and cookies of the last run die with it.
-            **run_secrets(instance.image),
+            **({} if same_run else run_secrets(instance.image)),
         )
         _progress(instance, step="queued", reason="waiting for the host agent", now=now)
         hostcalls.start(instance)
@@ -288,10 +339,12 @@ def _reserved_gpus(instance: Instance, now: datetime) -> str:
     return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
 
 
-def _allocate_again(instance: Instance, now: datetime) -> str:
+def _allocate_again(instance: Instance, now: datetime, *, same_gpus: bool = False) -> str:
     user = _lock_user(instance.user_id)
     _check_quota(user, instance.gpu_count)
     prepaid.launch_allowed(user=user, plan=instance.plan, now=now)
+    if same_gpus and (indices := _hold_last_gpus(instance, now)):
+        return indices
     proposal = gpus_allocate(
         instance=instance,
         gpu_model=instance.gpu_model,
@@ -300,6 +353,36 @@ def _allocate_again(instance: Instance, now: datetime) -> str:
         host=instance.host,
     )
     return ", ".join(str(g.index) for g in proposal.gpus)
+
+
+def _hold_last_gpus(instance: Instance, now: datetime) -> str | None:
+    """Hold the GPUs of the instance's last run again, if every one is enabled and free;
+    None (nothing held) otherwise, and placement chooses as usual."""
+    runs = Allocation.objects.filter(
+        instance=instance, reservation__isnull=True, period__upper_inf=False
+    )
+    ended = max((a.period.upper for a in runs.only("period")), default=None)
+    if ended is None:
+        return None
+    gpus = list(
+        GPU.objects.filter(
+            allocations__in=runs.filter(period__endswith=ended),
+            host_id=instance.host_id,
+            model_id=instance.gpu_model_id,
+            is_enabled=True,
+        ).order_by("index")
+    )
+    if len(gpus) != instance.gpu_count:
+        return None
+    period = selectors.from_now(now)
+    try:
+        with transaction.atomic():  # a savepoint: one taken GPU leaves nothing held
+            Allocation.objects.bulk_create(
+                Allocation(gpu=gpu, instance=instance, period=period) for gpu in gpus
+            )
+    except (IntegrityError, OperationalError):  # taken meanwhile (or a deadlock's loser)
+        return None
+    return ", ".join(str(g.index) for g in gpus)
 
 
 IDLE_MINUTES_RANGE = (10, 7 * 24 * 60)
