@@ -144,15 +144,6 @@ class ReplicaSerializer(serializers.Serializer):
 
 def replica_rows(group: Group) -> list[dict]:
     """The group's live replicas, serving first, then draining, warm, and broken ones."""
-    found = Replicas.of(group)
-    ordered = [
-        *found.ready,
-        *found.starting,
-        *found.draining,
-        *found.warm,
-        *found.filling,
-        *found.broken,
-    ]
     return [
         {
             "id": r.pk,
@@ -161,7 +152,7 @@ def replica_rows(group: Group) -> list[dict]:
             "host": r.host.name if r.host_id else None,
             "created_at": r.created_at,
         }
-        for r in ordered
+        for r in Replicas.of(group).in_page_order()
     ]
 
 

@@ -3,32 +3,27 @@ a group's page (replicas, events, live charts) and the samples its charts poll."
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
 from gpurental.api.serializers_groups import (
     EXAMPLE_HCL,
-    LoadSampleSerializer,
     group_price,
     replica_rows,
 )
 from gpurental.gateway import routes
 from gpurental.groups import specs
 from gpurental.groups.models import Group
-from gpurental.groups.selectors import group_quote, groups_visible_to
+from gpurental.groups.selectors import group_frame, group_quote, groups_visible_to
 from gpurental.groups.services import group_apply, group_delete
 
 FORMATS = (("hcl", "HCL"), ("yaml", "YAML"), ("json", "JSON"))
-CHART_WINDOW = timedelta(minutes=30)
 
 
 def _quote(*, user, source: str, fmt: str) -> dict:
@@ -131,26 +126,18 @@ def group_detail(request, group_id):
 
 @login_required
 def group_samples(request, group_id):
-    """The load samples of the last 30 minutes (or those after ``?after=<ISO time>``), for
-    the page's charts, with the replicas' current states."""
+    """The load samples of the last 30 minutes (or those after ``?after=<ISO time>``), with
+    the replicas' current states: what the page's websocket sends, for a page whose
+    websocket cannot connect (it polls this instead)."""
     group = _group_or_404(request, group_id)
-    since = timezone.now() - CHART_WINDOW
     after = request.GET.get("after")
-    samples = group.samples.filter(at__gte=since)
+    moment = None
     if after:
         moment = parse_datetime(after)
         if moment is None:
             return JsonResponse({"error": f"after: {after!r} is not an ISO 8601 time"}, status=400)
-        samples = samples.filter(at__gt=moment)
-    # Times to the microsecond (DRF's isoformat): ?after= must not return the last one again.
-    rows = LoadSampleSerializer(samples.order_by("at")[:2000], many=True).data
-    replicas = [
-        {"id": str(r["id"]), "status": r["status"], "role": r["role"], "host": r["host"]}
-        for r in replica_rows(group)
-    ]
     return JsonResponse(
-        {"status": group.status, "samples": rows, "replicas": replicas},
-        json_dumps_params={"separators": (",", ":")},
+        group_frame(group, after=moment), json_dumps_params={"separators": (",", ":")}
     )
 
 

@@ -1,11 +1,19 @@
-"""Telling the gateways that a group changed (its replicas' roles, its spec): they drop
-their cached view of it at once. Sent after commit; losing one is harmless, as the
-gateways also expire what they cache."""
+"""Telling others that a group changed, after commit:
+
+- the gateways (its replicas' roles, its spec): they drop their cached view of it at
+  once; losing one is harmless, as they also expire what they cache;
+- the console's group pages (``GroupConsumer``, ``/ws/groups/<id>/``), through the
+  channel layer: each new load sample with the replicas' states, as the autoscaler
+  records it, and the replicas again when they change; a page that misses one has the
+  next within a tick.
+"""
 
 from __future__ import annotations
 
 import logging
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.db import transaction
 
 from gpurental.rentals.events import state_redis
@@ -23,5 +31,27 @@ def publish_group_changed(group_id) -> None:
             state_redis().publish(group_channel(group_id), "changed")
         except Exception:  # noqa: BLE001 - see the module docstring
             log.warning("could not publish the change of group %s", group_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def group_stream(group_id) -> str:
+    """The channel-layer group of a group's page viewers."""
+    return f"groups.{group_id}"
+
+
+def publish_group_frame(group_id, frame: dict) -> None:
+    """Send ``frame`` (``{"samples": [...], "replicas": [...], "status": ...}``, see
+    ``selectors.group_frame``) to the group's page viewers, after commit."""
+
+    def send() -> None:
+        try:
+            layer = get_channel_layer()
+            if layer is not None:
+                async_to_sync(layer.group_send)(
+                    group_stream(group_id), {"type": "group.frame", **frame}
+                )
+        except Exception:  # noqa: BLE001 - see the module docstring
+            log.warning("could not publish to the viewers of group %s", group_id, exc_info=True)
 
     transaction.on_commit(send)

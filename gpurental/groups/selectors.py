@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db.models import Count, Q
+from django.utils import timezone
 
 from gpurental.catalog.models import ImageTemplate, Plan
 from gpurental.groups import specs
-from gpurental.groups.models import Group
+from gpurental.groups.models import Group, GroupEvent, LoadSample
 from gpurental.rentals.models import InstanceStatus
 
 
@@ -44,3 +46,68 @@ def group_quote(*, user, source, fmt: str | None = None) -> Quote:
     spec.port = port
     exists = Group.objects.filter(user=user, name=spec.name, status=Group.Status.ACTIVE).exists()
     return Quote(spec=spec, image=image, plan=plan, exists=exists)
+
+
+CHART_WINDOW = timedelta(minutes=30)
+SAMPLE_FIELDS = (
+    "ready",
+    "provisioning",
+    "warm",
+    "rps",
+    "inflight",
+    "queued",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "errors",
+    "gpu_util",
+    "needed",
+)
+
+
+def sample_row(sample: LoadSample) -> dict:
+    """A load sample as plain JSON values; ``at`` to the microsecond (``after`` must not
+    return the last one again)."""
+    at = sample.at.isoformat(timespec="microseconds")
+    return {"at": at, **{f: getattr(sample, f) for f in SAMPLE_FIELDS}}
+
+
+def event_row(event: GroupEvent) -> dict:
+    return {
+        "at": event.created_at.isoformat(),
+        "kind": event.kind,
+        "reason": event.reason,
+        "from_replicas": event.from_replicas,
+        "to_replicas": event.to_replicas,
+    }
+
+
+def group_frame(group: Group, *, samples=None, after=None, events_since=None) -> dict:
+    """What a group's page shows live, as plain JSON values: ``samples`` (default: those of
+    the last ``CHART_WINDOW``, or those after ``after``), the replicas' states, the status,
+    and the events from ``events_since`` on (none without it)."""
+    from gpurental.groups.services import Replicas
+
+    if samples is None:
+        samples = group.samples.filter(at__gte=timezone.now() - CHART_WINDOW)
+        if after is not None:
+            samples = samples.filter(at__gt=after)
+        samples = samples.order_by("at")[:2000]
+    found = Replicas.of(group)
+    replicas = [
+        {
+            "id": str(r.pk),
+            "status": r.status,
+            "role": r.group_role,
+            "host": r.host.name if r.host_id else None,
+        }
+        for r in found.in_page_order()
+    ]
+    events = []
+    if events_since is not None:
+        events = group.events.filter(created_at__gte=events_since).order_by("created_at", "id")
+    return {
+        "status": group.status,
+        "samples": [sample_row(s) for s in samples],
+        "replicas": replicas,
+        "events": [event_row(e) for e in events],
+    }

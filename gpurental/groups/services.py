@@ -31,8 +31,9 @@ from django.utils import timezone
 
 from gpurental.catalog.models import GPUModel, ImageTemplate
 from gpurental.groups import autoscaler, specs
-from gpurental.groups.events import publish_group_changed
+from gpurental.groups.events import publish_group_changed, publish_group_frame
 from gpurental.groups.models import Group, GroupEvent, LoadSample, ScalingRule
+from gpurental.groups.selectors import group_frame
 from gpurental.rentals.events import state_redis
 from gpurental.rentals.exceptions import RentalError
 from gpurental.rentals.models import Instance, InstanceStatus
@@ -256,6 +257,17 @@ class Replicas:
                 found.broken.append(r)  # a serving replica someone stopped: replaced
         return found
 
+    def in_page_order(self) -> list[Instance]:
+        """Serving first, then draining, warm, and broken ones."""
+        return [
+            *self.ready,
+            *self.starting,
+            *self.draining,
+            *self.warm,
+            *self.filling,
+            *self.broken,
+        ]
+
 
 def _drain_key(instance_id) -> str:
     return f"gpurental:group-drain:{instance_id}"
@@ -359,7 +371,7 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
             prewarm_floor=prewarm,
         )
         decision = autoscaler.decide(_rules(group), seen, history, now)
-        LoadSample.objects.create(
+        sample = LoadSample.objects.create(
             group=group,
             at=now,
             ready=seen.ready,
@@ -393,6 +405,8 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
         changed = _act(group, replicas, decision.desired - current, load, now)
         if changed:
             publish_group_changed(group.pk)
+        # The page's live charts: this sample, the replicas as they are now, this tick's events.
+        publish_group_frame(group.pk, group_frame(group, samples=[sample], events_since=now))
     return decision
 
 

@@ -1,10 +1,14 @@
 // Group page: live charts of the group's load (replicas, GPU utilisation, rps, latency,
-// queue), fed from the autoscaler's samples. Polls the page's samples URL every few
-// seconds for the samples after the last one it has; the replicas table follows too.
+// queue), fed from the autoscaler's samples over the group's websocket (/ws/groups/<id>/):
+// a snapshot of the last half hour, then each sample as the autoscaler records it, with
+// the replicas' states and the tick's events. Where the websocket cannot connect, the
+// page polls its samples URL instead, and tries the websocket again later.
 (function () {
   const root = document.getElementById("group");
   if (!root || typeof Chart === "undefined") return;
   const url = root.dataset.samplesUrl;
+  const groupId = root.dataset.groupId;
+  const eventsList = document.getElementById("group-events");
   const note = document.getElementById("charts-note");
   const replicasBody = document.querySelector("#group-replicas tbody");
   const WINDOW_MS = 30 * 60 * 1000;
@@ -111,6 +115,51 @@
     });
   }
 
+  function addSamples(rows) {
+    rows.forEach(function (s) {
+      if (last && s.at <= last) return; // seen: a snapshot after a reconnect, or a poll
+      s.t = Date.parse(s.at);
+      samples.push(s);
+      last = s.at;
+    });
+  }
+
+  function addEvents(events) {
+    if (!eventsList || !events || !events.length) return;
+    const empty = eventsList.querySelector("li.empty");
+    if (empty) empty.remove();
+    events.forEach(function (e) {
+      const li = document.createElement("li");
+      li.className = e.kind;
+      const when = document.createElement("time");
+      when.textContent = new Date(e.at).toISOString().slice(0, 19).replace("T", " ");
+      const kind = document.createElement("b");
+      kind.textContent = e.kind;
+      li.append(when, " ", kind, " ");
+      if (e.from_replicas !== null && e.from_replicas !== undefined) {
+        const counts = document.createElement("span");
+        counts.className = "muted";
+        counts.textContent = e.from_replicas + " → " + e.to_replicas;
+        li.append(counts, " ");
+      }
+      const reason = document.createElement("span");
+      reason.textContent = e.reason;
+      li.append(reason);
+      eventsList.prepend(li);
+    });
+  }
+
+  function show(frame, how) {
+    addSamples(frame.samples || []);
+    if (frame.replicas) showReplicas(frame.replicas);
+    addEvents(frame.events);
+    if (frame.status) root.dataset.status = frame.status;
+    if (note) note.textContent = (last ? "latest sample " + new Date(last).toTimeString().slice(0, 8) : "no samples yet") + " · " + how;
+    draw();
+  }
+
+  let polling = null;
+
   function poll() {
     const query = last ? "?after=" + encodeURIComponent(last) : "";
     fetch(url + query, { credentials: "same-origin", headers: { Accept: "application/json" } })
@@ -118,23 +167,39 @@
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.json();
       })
-      .then(function (body) {
-        body.samples.forEach(function (s) {
-          s.t = Date.parse(s.at);
-          samples.push(s);
-          last = s.at;
-        });
-        showReplicas(body.replicas);
-        if (note) note.textContent = last ? "latest sample " + new Date(last).toTimeString().slice(0, 8) : "no samples yet";
-        draw();
-      })
+      .then(function (body) { show(body, "polling"); })
       .catch(function (err) {
         if (note) note.textContent = "could not load samples (" + err.message + "); retrying";
       })
       .finally(function () {
-        if (root.dataset.status !== "deleted") setTimeout(poll, POLL_MS);
+        if (polling !== null && root.dataset.status !== "deleted") polling = setTimeout(poll, POLL_MS);
       });
   }
 
-  poll();
+  let retry = 2000;
+
+  function connect() {
+    if (typeof WebSocket === "undefined" || !groupId) { polling = 0; poll(); return; }
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const socket = new WebSocket(scheme + "://" + location.host + "/ws/groups/" + groupId + "/");
+    socket.onopen = function () {
+      retry = 2000;
+      if (polling) clearTimeout(polling);
+      polling = null;
+    };
+    socket.onmessage = function (message) {
+      const data = JSON.parse(message.data);
+      if (data.type === "snapshot" || data.type === "frame") show(data, "live");
+    };
+    socket.onclose = function (event) {
+      if (event.code === 4401 || event.code === 4404) { if (note) note.textContent = "not allowed"; return; }
+      if (root.dataset.status === "deleted") return;
+      // Meanwhile the samples URL keeps the charts going; the websocket is tried again.
+      if (polling === null) { polling = 0; poll(); }
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, 30000);
+    };
+  }
+
+  connect();
 })();
