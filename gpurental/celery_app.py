@@ -22,6 +22,7 @@ app.conf.task_routes = {
     "gpurental.api.*": {"queue": "control"},
     "gpurental.groups.*": {"queue": "control"},
     "gpurental.notifications.*": {"queue": "control"},
+    "gpurental.baremetal.*": {"queue": "control"},
 }
 
 # Every periodic job is declared here, in one place.
@@ -49,6 +50,11 @@ app.conf.beat_schedule = {
     },
     "reservations-tick": {
         "task": "gpurental.rentals.tasks.reservations_tick",
+        "schedule": 30.0,
+        "options": {"queue": "control", "expires": 25},
+    },
+    "leases-tick": {
+        "task": "gpurental.baremetal.tasks.leases_tick",
         "schedule": 30.0,
         "options": {"queue": "control", "expires": 25},
     },

@@ -107,6 +107,14 @@ SPEC_FIELDS = frozenset(
 )
 
 
+# Optional fields: a spec may leave them out, and an agent that knows them reads them.
+# ``dedicated``: None, or for an instance on a leased whole host (gpurental/baremetal/)
+# {"shm_size_mb": int, "host_network": bool}: a large /dev/shm, memlock and stack
+# ulimits, /dev/infiniband when the host has it (the agent looks), host networking
+# when the operator allows it on that host.
+OPTIONAL_SPEC_FIELDS = frozenset({"dedicated"})
+
+
 class SpecRefused(ValueError):
     """A start spec the agent cannot act on; the message is for the customer."""
 
@@ -121,7 +129,7 @@ def spec_check(spec: dict) -> dict:
             "step (upgrade the agent on this host); nothing was started"
         )
     missing = sorted(SPEC_FIELDS - spec.keys())
-    unknown = sorted(spec.keys() - SPEC_FIELDS)
+    unknown = sorted(spec.keys() - SPEC_FIELDS - OPTIONAL_SPEC_FIELDS)
     if missing or unknown:
         raise SpecRefused(
             f"malformed start spec (missing {missing or 'nothing'}, unknown {unknown or 'nothing'}); "

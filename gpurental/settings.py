@@ -133,6 +133,7 @@ INSTALLED_APPS = [
     "gpurental.api",
     "gpurental.observability",
     "gpurental.notifications",
+    "gpurental.baremetal",
 ]
 
 MIDDLEWARE = [
@@ -448,6 +449,13 @@ RESERVATION_MAX_HOURS = env_int("RESERVATION_MAX_HOURS", 14 * 24)
 RESERVATION_FULL_REFUND_HOURS = env_int("RESERVATION_FULL_REFUND_HOURS", 24)
 RESERVATION_LATE_REFUND_PERCENT = env_int("RESERVATION_LATE_REFUND_PERCENT", 50)
 RESERVATION_END_WARNING_MINUTES = env_int("RESERVATION_END_WARNING_MINUTES", 15)
+
+# Dedicated hosts (gpurental/baremetal/): leases follow the RESERVATION_* horizon, length
+# and cancellation window. BMC passwords are encrypted under a key derived from
+# BMC_SECRET_KEY (default SECRET_KEY); changing it means entering them again.
+BMC_SECRET_KEY = os.environ.get("BMC_SECRET_KEY", "") or SECRET_KEY
+# /dev/shm of a dedicated host's container (NCCL's shared-memory transport), in MiB.
+DEDICATED_SHM_MB = env_int("DEDICATED_SHM_MB", 16384)
 # --- end billing ---
 
 # --- telemetry ---------------------------------------------------------------

@@ -50,6 +50,11 @@ class Instance(models.Model):
     group = models.ForeignKey(
         "groups.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="replicas"
     )
+    # An instance on a dedicated host (gpurental/baremetal/): it holds the lease's
+    # allocations, is not metered (the lease is), and gets the dedicated container options.
+    lease = models.ForeignKey(
+        "baremetal.Lease", null=True, blank=True, on_delete=models.PROTECT, related_name="instances"
+    )
     group_role = models.CharField(
         max_length=10,
         blank=True,
@@ -241,6 +246,14 @@ class Allocation(models.Model):
     reservation = models.ForeignKey(
         Reservation, null=True, blank=True, on_delete=models.PROTECT, related_name="allocations"
     )
+    # A whole-host lease holds every GPU of its host this way (gpurental/baremetal/).
+    lease = models.ForeignKey(
+        "baremetal.Lease",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="allocations",
+    )
     period = DateTimeRangeField()
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -252,7 +265,9 @@ class Allocation(models.Model):
                 expressions=[("gpu", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
             ),
             models.CheckConstraint(
-                condition=Q(instance__isnull=False) | Q(reservation__isnull=False),
+                condition=Q(instance__isnull=False)
+                | Q(reservation__isnull=False)
+                | Q(lease__isnull=False),
                 name="allocation_has_holder",
             ),
             models.CheckConstraint(

@@ -28,8 +28,8 @@ HOLDING = (
 
 
 # The allocations through which an instance holds its GPUs: open-ended ones (on-demand,
-# until it stops) and those of its reservation (bounded, [start, end)).
-HELD = Q(period__upper_inf=True) | Q(reservation__isnull=False)
+# until it stops) and those of its reservation or dedicated-host lease (bounded, [start, end)).
+HELD = Q(period__upper_inf=True) | Q(reservation__isnull=False) | Q(lease__isnull=False)
 
 
 def from_now(now: datetime) -> Range:

@@ -39,6 +39,7 @@ import hashlib
 import http.client
 import json
 import os
+import resource
 import time
 import uuid
 from collections.abc import Callable
@@ -102,6 +103,7 @@ class ContainerSpec:
     shm_size_mb: int = 0
     host_network: bool = False
     infiniband_devices: tuple[str, ...] = ()
+    memlock_bytes: int = -1  # -1: unlimited (see grantable_memlock)
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)
@@ -132,6 +134,22 @@ class ContainerSpec:
 
 
 INFINIBAND_DIR = "/dev/infiniband"
+_CAP_SYS_RESOURCE = 24
+
+
+def grantable_memlock(status_path: str = "/proc/self/status") -> int:
+    """The memlock limit this host can give a container: unlimited (-1) where the host's
+    root may raise limits (CAP_SYS_RESOURCE, as on any real GPU server), else the hard
+    limit it has (a sandboxed engine: asking for more fails the container's start)."""
+    try:
+        with open(status_path) as status:
+            caps = next(line for line in status if line.startswith("CapEff:"))
+        if int(caps.split()[1], 16) >> _CAP_SYS_RESOURCE & 1:
+            return -1
+    except (OSError, StopIteration, ValueError):
+        pass
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    return -1 if hard == resource.RLIM_INFINITY else hard
 
 
 def dedicated_fields(options: dict, infiniband_dir: str = INFINIBAND_DIR) -> dict:
@@ -147,6 +165,7 @@ def dedicated_fields(options: dict, infiniband_dir: str = INFINIBAND_DIR) -> dic
         "shm_size_mb": int(options.get("shm_size_mb") or 0),
         "host_network": bool(options.get("host_network")),
         "infiniband_devices": devices,
+        "memlock_bytes": grantable_memlock(),
     }
 
 

@@ -125,11 +125,9 @@ def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
     return kwargs
 
 
-# NVIDIA's recommendation for NCCL and multi-GPU frameworks in containers.
-DEDICATED_ULIMITS = (
-    Ulimit(name="memlock", soft=-1, hard=-1),  # RDMA registers (pins) large buffers
-    Ulimit(name="stack", soft=67108864, hard=67108864),
-)
+# NVIDIA's recommendation for NCCL and multi-GPU frameworks in containers: memlock
+# unlimited (RDMA pins large buffers) and a 64 MiB stack.
+DEDICATED_STACK_BYTES = 67108864
 
 
 def dedicated_kwargs(spec: ContainerSpec) -> dict[str, Any]:
@@ -138,12 +136,19 @@ def dedicated_kwargs(spec: ContainerSpec) -> dict[str, Any]:
 
     - a large /dev/shm rather than ``--ipc=host``: NCCL's shared-memory transport needs
       room, not the host's IPC namespace, and the agent's own IPC stays apart;
-    - memlock unlimited and a 64 MiB stack;
+    - memlock unlimited (or what the host can grant: base.grantable_memlock) and a
+      64 MiB stack;
     - the host's /dev/infiniband nodes (found by the agent on its own /dev), rwm;
     - host networking only when the spec says so (the operator allowed it on this
       host): the container then uses the host's NICs and addresses directly.
     """
-    extra: dict[str, Any] = {"ulimits": list(DEDICATED_ULIMITS)}
+    memlock = spec.memlock_bytes
+    extra: dict[str, Any] = {
+        "ulimits": [
+            Ulimit(name="memlock", soft=memlock, hard=memlock),
+            Ulimit(name="stack", soft=DEDICATED_STACK_BYTES, hard=DEDICATED_STACK_BYTES),
+        ]
+    }
     if spec.shm_size_mb:
         extra["shm_size"] = f"{spec.shm_size_mb}m"
     if spec.infiniband_devices:

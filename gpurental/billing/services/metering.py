@@ -62,6 +62,8 @@ def instance_meter(*, instance: Instance, now: datetime) -> list[Charge]:
     """Charge ``instance`` (locked by the caller) up to ``billing_end``; returns the new charges."""
     if instance.reservation_id is not None:
         return []  # paid at booking (see rentals.services.reservations)
+    if instance.lease_id is not None:
+        return []  # the dedicated host's lease is metered instead (baremetal.services)
     end = billing_end(instance, now=now)
     if end is None:
         return []
@@ -138,7 +140,10 @@ def instance_settle(*, instance_id, now: datetime | None = None) -> int:
 def _due(now: datetime) -> QuerySet[Instance]:
     """Instances that may have unbilled time (a superset: ``billing_end`` decides)."""
     # A reservation's instance was paid at booking: the meter leaves it alone.
-    return Instance.objects.filter(running_since__isnull=False, reservation__isnull=True).filter(
+    # So is a dedicated host's instance: its lease is metered (baremetal.services).
+    return Instance.objects.filter(
+        running_since__isnull=False, reservation__isnull=True, lease__isnull=True
+    ).filter(
         Q(billed_until__isnull=True)
         | Q(billed_until__lt=Coalesce("stopped_at", Value(minute_floor(now))))
     )

@@ -1,0 +1,103 @@
+"""Reads for dedicated hosts: which hosts a plan may lease, whose leases one sees, what a
+leased host's container gets."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Count, Exists, OuterRef, Q
+
+from gpurental.baremetal.models import BareMetalHost, DedicatedPlan, Lease
+from gpurental.billing import pricing
+from gpurental.billing.selectors import operator_zone
+from gpurental.fleet.models import GPU, Host
+from gpurental.rentals import selectors as rental_selectors
+from gpurental.rentals.models import Allocation
+
+
+def matching_hosts(
+    *, plan: DedicatedPlan, start: datetime, end: datetime, now: datetime
+) -> list[Host]:
+    """Leasable hosts whose enabled GPUs are exactly ``plan.gpu_count`` of its model,
+    with none of them held over [start, end), by name. A lease starting now needs a host
+    that answers now; one booked ahead, an active host (it may be back by then)."""
+    hosts = (
+        rental_selectors.schedulable_hosts(now=now)
+        if start <= now
+        else rental_selectors.bookable_hosts()
+    )
+    period = rental_selectors.between(start, end)
+    busy = Allocation.objects.filter(gpu__host=OuterRef("pk"), period__overlap=period)
+    return list(
+        hosts.filter(baremetal__leasable=True)
+        .annotate(
+            wanted=Count("gpus", filter=Q(gpus__is_enabled=True, gpus__model=plan.gpu_model)),
+            enabled=Count("gpus", filter=Q(gpus__is_enabled=True)),
+        )
+        .filter(wanted=plan.gpu_count, enabled=plan.gpu_count)
+        .exclude(Exists(busy))
+        .order_by("name")
+    )
+
+
+def allows_host_network(host: Host) -> bool:
+    return BareMetalHost.objects.filter(host=host, allow_host_network=True).exists()
+
+
+def plans_offered():
+    return DedicatedPlan.objects.filter(is_active=True).select_related("gpu_model")
+
+
+def leases_visible_to(*, user):
+    """The user's own leases (staff too: the admin is where staff see everyone's)."""
+    return Lease.objects.filter(user=user).select_related("plan", "plan__gpu_model", "host")
+
+
+def lease_visible_to(*, user, lease_id) -> Lease | None:
+    return leases_visible_to(user=user).filter(pk=lease_id).first()
+
+
+def lease_cost_so_far(lease: Lease):
+    return sum((c.amount for c in lease.charges.all()), start=pricing.Decimal(0))
+
+
+def hourly_rates(plan: DedicatedPlan) -> dict:
+    """The plan's rates per hour for the console: on-demand, off-peak and reserved."""
+    tariff = pricing.Tariff.of(plan, operator_zone())
+    return {
+        kind: pricing.quantize_money(tariff.rate(kind))
+        for kind in (pricing.PEAK, pricing.OFF_PEAK, pricing.RESERVED)
+    }
+
+
+def dedicated_options(lease: Lease) -> dict:
+    """What the start spec carries for an instance on a leased host (protocol.py's
+    optional ``dedicated`` field): the whole host's CPUs and memory, a large /dev/shm,
+    memlock/stack ulimits, /dev/infiniband when the host has it (the agent looks), and
+    host networking when the tenant asked and the operator allows it on this host."""
+    network = lease.host_network and allows_host_network(lease.host)
+    return {
+        "cpu_count": float(lease.plan.vcpus),
+        "memory_mb": lease.plan.memory_gb * 1024,
+        "shm_size_mb": settings.DEDICATED_SHM_MB,
+        "host_network": bool(network),
+    }
+
+
+def host_gpu_count(host: Host) -> int:
+    return GPU.objects.filter(host=host, is_enabled=True).count()
+
+
+def leased_now(*, host: Host, now: datetime) -> Lease | None:
+    return (
+        Lease.objects.filter(host=host, status="active", period__contains=now)
+        .select_related("user")
+        .first()
+    )
+
+
+def hosts_with_lease_state(*, now: datetime):
+    """Every host with bare-metal settings, annotated ``leased`` (an active lease now)."""
+    active = Lease.objects.filter(host=OuterRef("host"), status="active", period__contains=now)
+    return BareMetalHost.objects.select_related("host").annotate(leased=Exists(active))

@@ -1,0 +1,577 @@
+"""Dedicated hosts: book, start, launch into, end and cancel a whole-host lease; meter it;
+the BMC's power actions. Every state change writes an event row.
+
+    booked → active (at its start, by the clock) → ended (at its end, or early)
+    booked → cancelled (before the start)
+
+Booking inserts the lease row and an allocation on every GPU of the host in one
+transaction. Two constraints referee, so a race can never give one host to two
+tenants: ``lease_no_host_double_booking`` between leases, and the allocations'
+``allocation_no_gpu_double_booking`` between a lease and any on-demand launch or
+reservation (an on-demand instance holds its GPUs open-ended, so a host with a
+running instance cannot be leased, and a leased host takes no instance but the
+tenant's).
+
+Billing is per second, by ``lease_meter``: the closed seconds of the lease, priced by
+``billing.pricing`` with the plan's tariff. A lease that starts when it is booked pays
+the on-demand rate with the off-peak discount inside the window; one booked ahead pays
+the reserved rate for its whole period (the reserved discount replaces the off-peak
+one, as for reservations). The host is billed while leased, whether an instance runs
+on it or not: it is the host that is rented.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_CEILING, Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from gpurental.accounts.models import User
+from gpurental.baremetal import secrets, selectors
+from gpurental.baremetal.models import (
+    HOLDING,
+    BareMetalHost,
+    DedicatedPlan,
+    Lease,
+    LeaseCharge,
+    LeaseEvent,
+    LeaseStatus,
+    PowerAction,
+    PowerEvent,
+)
+from gpurental.baremetal.redfish import BMC, BMCError
+from gpurental.billing import pricing
+from gpurental.billing.exceptions import InsufficientBalance
+from gpurental.billing.models import LedgerEntry
+from gpurental.billing.selectors import balance_of, operator_zone
+from gpurental.catalog.models import ImageTemplate
+from gpurental.fleet.models import GPU, Host
+from gpurental.rentals import selectors as rental_selectors
+from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
+from gpurental.rentals.models import Allocation, Instance
+from gpurental.rentals.services import lifecycle
+
+log = logging.getLogger(__name__)
+L = LeaseStatus
+CENT = Decimal("0.01")
+SECOND = timedelta(seconds=1)
+
+
+# --- building blocks ----------------------------------------------------------
+
+
+def _event(
+    lease: Lease, to: str, *, reason: str, now: datetime, actor: User | None = None, **fields
+) -> None:
+    """Move the lease (locked by the caller) to ``to`` and record it."""
+    old = lease.status
+    lease.status = to
+    for key, value in fields.items():
+        setattr(lease, key, value)
+    lease.save(update_fields=["status", *fields])
+    LeaseEvent.objects.create(
+        lease=lease,
+        from_status=old if old != to else "",
+        to_status=to,
+        reason=reason,
+        actor=actor if actor is not None and actor.pk else None,
+        created_at=now,
+    )
+
+
+def _lock(lease: Lease | str, *, skip_locked: bool = False) -> Lease | None:
+    pk = lease.pk if isinstance(lease, Lease) else lease
+    return (
+        Lease.objects.select_for_update(of=("self",), skip_locked=skip_locked)
+        .select_related("plan", "plan__instance_plan", "host", "user")
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def _second_floor(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0)
+
+
+def lease_price(*, plan: DedicatedPlan, start: datetime, end: datetime, reserved: bool) -> Decimal:
+    """The plan's price over [start, end), per second, rounded once to cents."""
+    segments = pricing.price_interval(
+        start, end, pricing.Tariff.of(plan, operator_zone()), reserved=reserved
+    )
+    return pricing.quantize_money(pricing.total(segments))
+
+
+def _check_period(start: datetime, end: datetime, now: datetime) -> None:
+    """The booking rules (the RESERVATION_* settings), start and end in UTC."""
+    if start < now - timedelta(minutes=1):
+        raise RentalError(f"start {start:%Y-%m-%d %H:%M} UTC is in the past", field="start")
+    horizon = settings.RESERVATION_HORIZON_DAYS
+    if start > now + timedelta(days=horizon):
+        raise RentalError(f"start must be within {horizon} days from now", field="start")
+    if end <= start:
+        raise RentalError("end must be after start", field="end")
+    minutes = (end - start).total_seconds() / 60
+    if minutes < settings.RESERVATION_MIN_MINUTES:
+        raise RentalError(
+            f"a lease lasts at least {settings.RESERVATION_MIN_MINUTES} minutes", field="end"
+        )
+    if minutes > settings.RESERVATION_MAX_HOURS * 60:
+        raise RentalError(
+            f"a lease lasts at most {settings.RESERVATION_MAX_HOURS} hours", field="end"
+        )
+
+
+def lease_quote(
+    *,
+    plan: DedicatedPlan,
+    end: datetime,
+    start: datetime | None = None,
+    now: datetime | None = None,
+) -> tuple[datetime, datetime, bool, Decimal]:
+    """(start, end, reserved, price) of a lease; books nothing. No start (or one in the
+    past minute) starts now, at the on-demand rate; a later start is booked ahead, at the
+    reserved rate. Raises RentalError naming the field."""
+    now = _second_floor((now or timezone.now()).astimezone(UTC))
+    if not plan.is_active:
+        raise RentalError(f"plan {plan.slug} is no longer offered", field="plan")
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and value.tzinfo is None:
+            raise RentalError(f"{name} needs a time zone (e.g. 2026-12-03T10:00Z)", field=name)
+    start = now if start is None else _second_floor(start.astimezone(UTC))
+    end = _second_floor(end.astimezone(UTC))
+    _check_period(start, end, now)
+    reserved = start > now
+    start = max(start, now)
+    return start, end, reserved, lease_price(plan=plan, start=start, end=end, reserved=reserved)
+
+
+def _check_balance(user: User, price: Decimal) -> None:
+    if not settings.BILLING_ENFORCE_BALANCE:
+        return
+    available = balance_of(user=user) + user.credit_limit
+    if available >= price:
+        return
+    cur = settings.BILLING_CURRENCY
+    shortfall = (price - available).quantize(CENT, rounding=ROUND_CEILING)
+    raise InsufficientBalance(
+        f"this lease costs {price} {cur} over its period; you have "
+        f"{pricing.quantize_money(available)} {cur} to spend. "
+        f"Add at least {shortfall:.2f} {cur} of credit.",
+        field="plan",
+    )
+
+
+def _hold_host(lease: Lease, host: Host) -> bool:
+    """Insert the lease on ``host`` with an allocation on every GPU, in a savepoint;
+    False (nothing left behind) when the host is taken over the period."""
+    gpu_ids = list(
+        GPU.objects.filter(host=host, is_enabled=True).order_by("pk").values_list("pk", flat=True)
+    )
+    try:
+        with transaction.atomic():
+            # The GPU rows first, in one order for everyone (as placement locks them): a
+            # concurrent placement's try-lock passes this host over instead of waiting.
+            list(
+                GPU.objects.select_for_update(no_key=True)
+                .filter(pk__in=gpu_ids)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            lease.host = host
+            lease.save(force_insert=True)
+            Allocation.objects.bulk_create(
+                Allocation(gpu_id=gpu_id, lease=lease, period=lease.period) for gpu_id in gpu_ids
+            )
+        return True
+    except IntegrityError:
+        lease._state.adding = True  # the insert was rolled back with the savepoint
+        return False
+
+
+# --- customer actions ---------------------------------------------------------
+
+
+def lease_book(
+    *,
+    user: User,
+    plan: DedicatedPlan,
+    end: datetime,
+    start: datetime | None = None,
+    host_network: bool = False,
+    now: datetime | None = None,
+) -> Lease:
+    """Lease a whole host of ``plan`` over [start, end) (start: now when omitted).
+    Raises RentalError (NoCapacity, InsufficientBalance, …); then nothing is held."""
+    now = now or timezone.now()
+    start, end, reserved, price = lease_quote(plan=plan, start=start, end=end, now=now)
+    starts_now = not reserved
+    with transaction.atomic():
+        # One booking at a time per user: the balance is checked once.
+        locked_user = User.objects.select_for_update().get(pk=user.pk)
+        _check_balance(locked_user, price)
+        candidates = selectors.matching_hosts(plan=plan, start=start, end=end, now=now)
+        if host_network:
+            candidates = [h for h in candidates if selectors.allows_host_network(h)]
+        period = rental_selectors.between(start, end)
+        for host in candidates:
+            lease = Lease(
+                user=locked_user,
+                plan=plan,
+                period=period,
+                status=L.ACTIVE if starts_now else L.BOOKED,
+                reserved=reserved,
+                host_network=host_network,
+                created_at=now,
+            )
+            if _hold_host(lease, host):
+                break
+        else:
+            raise NoCapacity(_no_host_message(plan, start, end, host_network), field="plan")
+        rate = "reserved rate" if reserved else "on-demand rate, off-peak discount in the window"
+        LeaseEvent.objects.create(
+            lease=lease,
+            to_status=L.BOOKED,
+            reason=f"booked {host.name} for {start:%Y-%m-%d %H:%M:%S}–{end:%Y-%m-%d %H:%M:%S} "
+            f"UTC at the {rate}: {price} {settings.BILLING_CURRENCY} over the whole period",
+            actor=user,
+            created_at=now,
+        )
+        if starts_now:
+            LeaseEvent.objects.create(
+                lease=lease,
+                from_status=L.BOOKED,
+                to_status=L.ACTIVE,
+                reason="started at booking",
+                actor=user,
+                created_at=now,
+            )
+    return lease
+
+
+def _no_host_message(plan: DedicatedPlan, start: datetime, end: datetime, network: bool) -> str:
+    need = " that allows host networking" if network else ""
+    return (
+        f"no whole {plan.gpu_count}× {plan.gpu_model.short_name} host{need} is free from "
+        f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC (a host with any instance, "
+        "reservation or lease over that period cannot be leased); try a later start"
+    )
+
+
+def lease_cancel(*, lease: Lease, actor: User | None = None, now: datetime | None = None) -> Lease:
+    """Cancel a booked lease before its start: nothing has been billed, nothing is.
+    Within RESERVATION_FULL_REFUND_HOURS of the start the host is committed: refused."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = _lock(lease)
+        if lease.status == L.CANCELLED:
+            return lease
+        window = timedelta(hours=settings.RESERVATION_FULL_REFUND_HOURS)
+        if lease.status != L.BOOKED or lease.start - now < window:
+            raise InvalidTransition(
+                f"lease {lease.pk} is {lease.status}, starting {lease.start:%Y-%m-%d %H:%M} "
+                f"UTC: a lease can be cancelled only up to "
+                f"{settings.RESERVATION_FULL_REFUND_HOURS} hours before its start",
+                field="status",
+            )
+        Allocation.objects.filter(lease=lease).delete()
+        _event(
+            lease,
+            L.CANCELLED,
+            reason=f"cancelled by {actor or 'the operator'} before its start; nothing billed",
+            now=now,
+            actor=actor,
+            ended_at=now,
+        )
+    return lease
+
+
+def lease_start(*, lease: Lease, now: datetime | None = None) -> bool:
+    """At its start (the clock): booked → active. The tenant then launches into it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = _lock(lease, skip_locked=True)
+        if lease is None or lease.status != L.BOOKED or not lease.start <= now < lease.end:
+            return False
+        _event(lease, L.ACTIVE, reason="its period started", now=now)
+        return True
+
+
+def lease_launch(
+    *, lease: Lease, image: ImageTemplate, actor: User | None = None, now: datetime | None = None
+) -> Instance:
+    """An instance on every GPU of the leased host, with the whole host's CPUs and memory
+    and the dedicated container options (hostcalls.container_spec)."""
+    now = now or timezone.now()
+    if not image.is_active:
+        raise RentalError(f"image {image.slug} is no longer offered", field="image")
+    with transaction.atomic():
+        lease = _lock(lease)
+        if lease.status != L.ACTIVE or not lease.start <= now < lease.end:
+            raise InvalidTransition(
+                f"lease {lease.pk} is {lease.status} ({lease.start:%Y-%m-%d %H:%M}–"
+                f"{lease.end:%Y-%m-%d %H:%M} UTC): launch into it while it is active",
+                field="status",
+            )
+        holding = lease.instances.filter(status__in=rental_selectors.HOLDING).first()
+        if holding is not None:
+            raise InvalidTransition(
+                f"instance {holding.pk} already runs on this host ({holding.status}): "
+                "terminate it first",
+                field="status",
+            )
+        if not lease.host.heartbeat_fresh(now):
+            raise RentalError(
+                f"host {lease.host.name} is not answering now; try again in a few minutes",
+                field="host",
+            )
+        return lifecycle.instance_launch_leased(lease=lease, image=image, actor=actor, now=now)
+
+
+def lease_end(
+    *, lease: Lease, actor: User | None = None, reason: str = "", now: datetime | None = None
+) -> bool:
+    """End an active lease: at its end (the clock), or early at the tenant's request (a
+    lease that started at booking only: one booked ahead is committed to its period).
+    Its instances stop (/workspace kept), the host is free from ``now``, billing ends."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = _lock(lease)
+        if lease.status != L.ACTIVE:
+            if lease.status == L.ENDED:
+                return False
+            raise InvalidTransition(
+                f"lease {lease.pk} is {lease.status}: only an active lease ends", field="status"
+            )
+        early = now < lease.end
+        if early and lease.reserved:
+            raise InvalidTransition(
+                f"lease {lease.pk} was booked ahead at the reserved rate and runs until "
+                f"{lease.end:%Y-%m-%d %H:%M} UTC: it cannot end early",
+                field="status",
+            )
+        end = max(_second_floor(now), lease.start) if early else lease.end
+        for instance in lease.instances.filter(status__in=lifecycle.STOPPABLE):
+            lifecycle.instance_stop(
+                instance=instance,
+                actor=actor,
+                reason=f"the dedicated-host lease ended at {end:%Y-%m-%d %H:%M:%S} UTC; "
+                "/workspace is kept",
+                now=now,
+            )
+        if early:
+            held = Allocation.objects.filter(lease=lease)
+            if end <= lease.start:
+                held.delete()
+            else:
+                held.update(period=rental_selectors.between(lease.start, end))
+        _lease_meter(lease, now=max(now, end), until=end)
+        who = f"ended early by {actor}" if early and actor else "its period ended"
+        _event(
+            lease,
+            L.ENDED,
+            reason=reason or who,
+            now=now,
+            actor=actor,
+            ended_at=end,
+            period=rental_selectors.between(lease.start, end),
+        )
+        return True
+
+
+# --- billing ------------------------------------------------------------------
+
+
+def _lease_meter(
+    lease: Lease, *, now: datetime, until: datetime | None = None
+) -> list[LeaseCharge]:
+    """Charge the lease (locked by the caller) for its closed seconds up to ``until``
+    (default: now, never past its end); one charge per pricing segment."""
+    end = min(_second_floor(until or now), lease.end)
+    start = max(lease.start, lease.billed_until or lease.start)
+    if end <= start:
+        return []
+    tariff = pricing.Tariff.of(lease.plan, operator_zone())
+    charges = []
+    for segment in pricing.price_interval(start, end, tariff, reserved=lease.reserved):
+        amount = pricing.charge_amount(segment)
+        entry = LedgerEntry.objects.create(
+            user_id=lease.user_id,
+            created_at=now,
+            kind=LedgerEntry.Kind.USAGE,
+            amount=-amount,
+            description=f"Dedicated host {lease.host.name} ({lease.plan.name}), "
+            f"{segment.start:%Y-%m-%d %H:%M:%S}–{segment.end:%H:%M:%S} UTC, "
+            f"{segment.rate_kind.replace('_', '-')}"[:255],
+        )
+        charges.append(
+            LeaseCharge.objects.create(
+                lease=lease,
+                period_start=segment.start,
+                period_end=segment.end,
+                rate_kind=segment.rate_kind,
+                hourly_rate=segment.hourly_rate,
+                amount=amount,
+                ledger_entry=entry,
+                created_at=now,
+            )
+        )
+    Lease.objects.filter(pk=lease.pk).update(billed_until=end)
+    lease.billed_until = end
+    return charges
+
+
+def lease_meter(*, lease: Lease, now: datetime | None = None) -> list[LeaseCharge]:
+    """Charge one lease up to now; running it twice charges once (the watermark, and
+    the unique (lease, period_start) constraint behind it)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = _lock(lease, skip_locked=True)
+        if locked is None or locked.status not in (L.ACTIVE, L.ENDED):
+            return []
+        return _lease_meter(locked, now=now)
+
+
+# --- the clock ------------------------------------------------------------------
+
+
+def leases_tick(*, now: datetime | None = None) -> dict[str, int]:
+    """One pass: end leases past their end, start those due, meter the active ones. Safe
+    from many workers at once (rows are taken with SKIP LOCKED); one lease's trouble is
+    logged and the others go on."""
+    now = now or timezone.now()
+    done = {"ended": 0, "started": 0, "charges": 0}
+    steps = [
+        (
+            "ended",
+            Lease.objects.filter(status=L.ACTIVE, period__endswith__lte=now),
+            lambda lease: lease_end(lease=lease, now=now),
+        ),
+        (
+            "started",
+            Lease.objects.filter(
+                status=L.BOOKED, period__startswith__lte=now, period__endswith__gt=now
+            ),
+            lambda lease: lease_start(lease=lease, now=now),
+        ),
+        (
+            "charges",
+            Lease.objects.filter(status=L.ACTIVE),
+            lambda lease: len(lease_meter(lease=lease, now=now)),
+        ),
+    ]
+    for name, queryset, step in steps:
+        for lease in queryset:
+            try:
+                done[name] += int(step(lease))
+            except Exception:  # noqa: BLE001 - one lease must not stop the clock
+                log.exception("lease clock: %s of %s failed", name, lease.pk)
+    return done
+
+
+# --- staff: the host's bare-metal settings and its BMC ------------------------------
+
+
+def baremetal_host_set(
+    *,
+    host: Host,
+    leasable: bool = True,
+    allow_host_network: bool = False,
+    bmc_url: str = "",
+    bmc_username: str = "",
+    bmc_password: str | None = None,
+    bmc_system_id: str = "",
+    bmc_verify_tls: bool = True,
+) -> BareMetalHost:
+    """Create or change a host's bare-metal settings. ``bmc_password`` None keeps the
+    stored one; "" clears it."""
+    if bmc_url and not bmc_url.startswith(("https://", "http://")):
+        raise RentalError("bmc_url must start with https:// (or http://)", field="bmc_url")
+    settings_row, _ = BareMetalHost.objects.get_or_create(host=host)
+    settings_row.leasable = leasable
+    settings_row.allow_host_network = allow_host_network
+    settings_row.bmc_url = bmc_url
+    settings_row.bmc_username = bmc_username
+    settings_row.bmc_system_id = bmc_system_id
+    settings_row.bmc_verify_tls = bmc_verify_tls
+    if bmc_password is not None:
+        settings_row.bmc_password_encrypted = secrets.encrypt(bmc_password)
+    settings_row.save()
+    return settings_row
+
+
+def bmc_for(row: BareMetalHost) -> BMC:
+    if not row.has_bmc:
+        raise BMCError(f"host {row.host.name} has no BMC configured")
+    return BMC(
+        url=row.bmc_url,
+        username=row.bmc_username,
+        password=secrets.decrypt(row.bmc_password_encrypted),
+        system_id=row.bmc_system_id,
+        verify_tls=row.bmc_verify_tls,
+    )
+
+
+_POWER_CALLS = {
+    PowerAction.READ: lambda bmc: None,
+    PowerAction.ON: BMC.power_on,
+    PowerAction.OFF: BMC.power_off,
+    PowerAction.CYCLE: BMC.power_cycle,
+}
+
+
+def host_power(
+    *, host: Host, action: str, actor: User | None = None, now: datetime | None = None
+) -> PowerEvent:
+    """Read the power state, or power on / off / cycle, through the host's BMC. The BMC
+    call happens outside any transaction; its outcome (ok or the BMC's error) is recorded
+    as a PowerEvent either way. A host leased to a tenant is not powered off or cycled."""
+    now = now or timezone.now()
+    action = PowerAction(action)
+    row = BareMetalHost.objects.select_related("host").filter(host=host).first()
+    if row is None or not row.has_bmc:
+        raise RentalError(f"host {host.name} has no BMC configured", field="host")
+    if action in (PowerAction.OFF, PowerAction.CYCLE):
+        leased = Lease.objects.filter(host=host, status=L.ACTIVE, period__contains=now).exists()
+        if leased:
+            raise InvalidTransition(
+                f"host {host.name} is leased to a tenant now: end the lease first",
+                field="host",
+            )
+    ok, state, detail = True, "", ""
+    try:
+        bmc = bmc_for(row)
+        _POWER_CALLS[action](bmc)
+        state = bmc.power_state()
+    except (BMCError, secrets.SecretUnreadable) as exc:
+        ok, detail = False, str(exc)
+    with transaction.atomic():
+        if ok:
+            BareMetalHost.objects.filter(pk=row.pk).update(power_state=state, power_checked_at=now)
+        return PowerEvent.objects.create(
+            host=host,
+            action=action,
+            ok=ok,
+            power_state=state,
+            detail=detail,
+            actor=actor if actor is not None and actor.pk else None,
+            created_at=now,
+        )
+
+
+__all__ = [
+    "HOLDING",
+    "baremetal_host_set",
+    "host_power",
+    "lease_book",
+    "lease_cancel",
+    "lease_end",
+    "lease_launch",
+    "lease_meter",
+    "lease_quote",
+    "lease_start",
+    "leases_tick",
+]
