@@ -28,6 +28,11 @@ MATRIX = {
     ("GET", "api-keys/"): {"alice": 200, "bob": 200, "carol": 200},
     ("GET", "api-keys/{key}/"): OWNER_ONLY,
     ("DELETE", "api-keys/{key}/"): {"alice": 204, "bob": 404, "carol": 404},
+    # Elastic groups, like instances: the owner and staff; the endpoint key never leaks.
+    ("GET", "groups/"): {"alice": 200, "bob": 200, "carol": 200},
+    ("GET", "groups/{group}/"): OWNER_STAFF_OTHER,
+    ("GET", "groups/{group}/events/"): OWNER_STAFF_OTHER,
+    ("DELETE", "groups/{group}/"): OWNER_STAFF_OTHER,
 }
 CASES = [
     pytest.param(method, path, actor, expected, id=f"{method} {path} as {actor}")
@@ -43,17 +48,25 @@ def alice_key(alice) -> ApiKey:
 
 
 @pytest.fixture
+def group(alice):
+    from tests.factories import GroupFactory
+
+    return GroupFactory(user=alice)
+
+
+@pytest.fixture
 def people(alice, bob, carol):
     return {"alice": alice, "bob": bob, "carol": carol}
 
 
 @pytest.mark.parametrize(("method", "path", "actor", "expected"), CASES)
 def test_permission_matrix(
-    method, path, actor, expected, running, alice_key, people, client_for, sent
+    method, path, actor, expected, running, alice_key, group, people, client_for, sent
 ):
     client = client_for(people[actor])
-    url = "/api/v1/" + path.format(instance=running.pk, key=alice_key.pk)
+    url = "/api/v1/" + path.format(instance=running.pk, key=alice_key.pk, group=group.pk)
     before = (Instance.objects.get(pk=running.pk).status, ApiKey.objects.get(pk=alice_key.pk))
+    ids = (str(running.pk), str(alice_key.pk), str(group.pk))
 
     response = client.generic(method, url)
 
@@ -61,29 +74,39 @@ def test_permission_matrix(
     if expected == 404:
         # Exactly what an id that exists nowhere gets.
         fake_id = str(uuid.uuid4())
-        fake = client.generic(
-            method, url.replace(str(running.pk), fake_id).replace(str(alice_key.pk), fake_id)
-        )
+        fake_url = url
+        for real in ids:
+            fake_url = fake_url.replace(real, fake_id)
+        fake = client.generic(method, fake_url)
         mine = assert_error(response, 404, "not_found")
         nobodys = assert_error(fake, 404, "not_found")
-        assert mine["message"].replace(str(running.pk), "ID").replace(str(alice_key.pk), "ID") == (
-            nobodys["message"].replace(fake_id, "ID")
-        )
+        mine_text = mine["message"]
+        for real in ids:
+            mine_text = mine_text.replace(real, "ID")
+        assert mine_text == nobodys["message"].replace(fake_id, "ID")
         assert mine["fields"] == nobodys["fields"] == {}
         # ... and nothing happened to alice's things.
         after = (Instance.objects.get(pk=running.pk).status, ApiKey.objects.get(pk=alice_key.pk))
         assert after[0] == before[0] and after[1].revoked_at is None
+        group.refresh_from_db()
+        assert group.status == "active"
     elif path == "instances/":
         ids = {row["id"] for row in response.json()["results"]}
         assert (str(running.pk) in ids) == (actor in {"alice", "carol"})
+    elif path == "groups/":
+        listed = {row["id"] for row in response.json()["results"]}
+        assert (str(group.pk) in listed) == (actor in {"alice", "carol"})
+        assert "endpoint_key" not in response.content.decode()
     elif path == "api-keys/":
         ids = {row["id"] for row in response.json()["results"]}
         assert (str(alice_key.pk) in ids) == (actor == "alice")
 
 
 @pytest.mark.parametrize(("method", "path"), list(MATRIX))
-def test_every_object_endpoint_needs_authentication(method, path, client, running, alice_key):
-    url = "/api/v1/" + path.format(instance=running.pk, key=alice_key.pk)
+def test_every_object_endpoint_needs_authentication(
+    method, path, client, running, alice_key, group
+):
+    url = "/api/v1/" + path.format(instance=running.pk, key=alice_key.pk, group=group.pk)
     assert_error(client.generic(method, url), 401, "not_authenticated")
 
 
