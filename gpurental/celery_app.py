@@ -23,6 +23,7 @@ app.conf.task_routes = {
     "gpurental.groups.*": {"queue": "control"},
     "gpurental.notifications.*": {"queue": "control"},
     "gpurental.baremetal.*": {"queue": "control"},
+    "gpurental.acceptance.*": {"queue": "control"},
 }
 
 # Every periodic job is declared here, in one place.
@@ -57,6 +58,11 @@ app.conf.beat_schedule = {
         "task": "gpurental.baremetal.tasks.leases_tick",
         "schedule": 30.0,
         "options": {"queue": "control", "expires": 25},
+    },
+    "acceptance-expire-runs": {
+        "task": "gpurental.acceptance.tasks.acceptance_runs_expire",
+        "schedule": 60.0,
+        "options": {"queue": "control", "expires": 50},
     },
     # --- billing ---
     "billing-meter": {

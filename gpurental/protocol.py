@@ -80,7 +80,10 @@ START = "gpurental.agent.instance_start"
 RESTART = "gpurental.agent.instance_restart"
 STOP = "gpurental.agent.instance_stop"
 REMOVE = "gpurental.agent.instance_remove"
-AGENT_TASKS = (START, RESTART, STOP, REMOVE)
+# The host acceptance benchmark (gpurental/acceptance): run id, image, the host's GPUs,
+# sizes and iperf3 peers in; ACCEPTANCE_REPORT's "started", "finished" or "failed" out.
+ACCEPTANCE_RUN = "gpurental.agent.acceptance_run"
+AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN)
 
 SPEC_VERSION = 3
 # Every field of a version-3 start spec (version 1 carried a host path to mount; version 2
@@ -143,7 +146,14 @@ def spec_check(spec: dict) -> dict:
 HEARTBEAT = "gpurental.fleet.tasks.host_heartbeat"
 INSTANCE_REPORT = "gpurental.rentals.tasks.instance_report"
 TELEMETRY = "gpurental.telemetry.tasks.telemetry_record"
-CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY)
+ACCEPTANCE_REPORT = "gpurental.acceptance.tasks.acceptance_report"
+CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY, ACCEPTANCE_REPORT)
+# What an acceptance report may say, and the data each kind carries.
+ACCEPTANCE_KINDS = {
+    "started": (),
+    "finished": ("result", "network", "seconds"),
+    "failed": ("reason",),
+}
 
 # What an instance report may say, and the data each kind carries.
 REPORT_KINDS = {

@@ -134,6 +134,7 @@ INSTALLED_APPS = [
     "gpurental.observability",
     "gpurental.notifications",
     "gpurental.baremetal",
+    "gpurental.acceptance",
 ]
 
 MIDDLEWARE = [
@@ -355,6 +356,21 @@ INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 1024)
 DISK_WARNING_PERCENT = env_int("DISK_WARNING_PERCENT", 90)
 DISK_GRACE_MINUTES = env_int("DISK_GRACE_MINUTES", 10)
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
+# --- Host acceptance benchmark (gpurental/acceptance/; README "Reading the acceptance report") ---
+# A host takes placements only when every compared figure is at least this fraction of nominal.
+ACCEPTANCE_THRESHOLD = float(os.environ.get("ACCEPTANCE_THRESHOLD", "0.85"))
+if not 0 < ACCEPTANCE_THRESHOLD <= 1:
+    raise ImproperlyConfigured(f"ACCEPTANCE_THRESHOLD={ACCEPTANCE_THRESHOLD} must be in (0, 1]")
+ACCEPTANCE_IMAGE_GPU = os.environ.get("ACCEPTANCE_IMAGE_GPU", "gpurental/pytorch:2.13.0-cuda")
+ACCEPTANCE_IMAGE_CPU = os.environ.get("ACCEPTANCE_IMAGE_CPU", "gpurental/pytorch:2.13.0-cpu")
+ACCEPTANCE_SMOKE = env_bool("ACCEPTANCE_SMOKE", False)  # small sizes: seconds, not minutes
+ACCEPTANCE_RUN_TIMEOUT = env_int("ACCEPTANCE_RUN_TIMEOUT", 3600)
+ACCEPTANCE_MEMORY_MB = env_int("ACCEPTANCE_MEMORY_MB", 65536)
+ACCEPTANCE_AFTER_MAINTENANCE = env_bool("ACCEPTANCE_AFTER_MAINTENANCE", True)
+ACCEPTANCE_NETWORK_PEERS = env_int("ACCEPTANCE_NETWORK_PEERS", 2)
+ACCEPTANCE_IPERF3_PORT = env_int("ACCEPTANCE_IPERF3_PORT", 5201)
+ACCEPTANCE_IPERF3_SECONDS = env_int("ACCEPTANCE_IPERF3_SECONDS", 5)
+ACCEPTANCE_REGRESSION_TOLERANCE = float(os.environ.get("ACCEPTANCE_REGRESSION_TOLERANCE", "0.05"))
 # --- Instance gateway (gpurental/gateway/; README "Gateway") ---
 # Every instance answers at <instance id>.<GATEWAY_DOMAIN>, other declared ports at
 # <instance id>-<port>.<GATEWAY_DOMAIN>. Production: a registrable domain apart from the

@@ -19,6 +19,7 @@ from gpurental.agent.gpus import GpuSource
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import ContainerRuntimeError, ContainerSpec, Runtime
 from gpurental.agent.runtimes.base import dedicated_fields
+from gpurental.agent.topology import host_topology
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class HostAgent:
         self.holdings = holdings if holdings is not None else Holdings()
         self._state_lock = threading.Lock()
         self._inventory: list[dict] | None = None
+        self._topology: dict | None = None
         self._containers: tuple[dict[str, str], float] | None = None
         self._containers_sent_at: float | None = None
         # Workspace sizes, measured every ``disk_interval`` s (the plan's disk_gb).
@@ -212,15 +214,26 @@ class HostAgent:
         inventory = self._inventory
         if inventory is None:  # read once: handles stay open, the GPUs do not change
             inventory = [gpu.as_dict() for gpu in self.source.inventory()]
+        topology = self._topology
+        if topology is None:  # read once too, like the inventory
+            topology = self._read_topology()
         workspaces = None
         if monotonic_at - self._workspaces_at >= self.disk_interval:
             workspaces = self.runtime.workspace_usage()
             self._workspaces_at = monotonic_at
         with self._state_lock:
             self._inventory = inventory
+            self._topology = topology
             self._containers = (containers, listed_at)
             if workspaces is not None:
                 self._workspaces, self._workspaces_sent = workspaces, False
+
+    def _read_topology(self) -> dict:
+        try:
+            return host_topology(self.source)
+        except Exception as exc:  # noqa: BLE001 - the inventory must still go out
+            log.warning("could not read the GPU topology: %s", exc)
+            return {"error": f"{exc.__class__.__name__}: {exc}"}
 
     def inventory(self) -> list[dict] | None:
         with self._state_lock:
@@ -229,7 +242,7 @@ class HostAgent:
     def heartbeat(self) -> None:
         """Liveness: sends what is already known, and touches neither Docker nor NVML."""
         with self._state_lock:
-            inventory = self._inventory
+            inventory, topology = self._inventory, self._topology
             containers, listed_at = self._containers or (None, None)
             fresh = listed_at is not None and listed_at != self._containers_sent_at
             self._containers_sent_at = listed_at
@@ -238,6 +251,7 @@ class HostAgent:
         self.reporter.heartbeat(
             workspaces=workspaces,
             inventory=inventory,
+            topology=topology,
             containers=containers if fresh else None,
             containers_listed_at=listed_at if fresh else None,
             runtime=self.runtime.name,

@@ -41,6 +41,7 @@ class ControlReporter:
         workspaces: dict[str, int] | None = None,
         gpu_source: str,
         agent_version: str,
+        topology: dict | None = None,
     ) -> None:
         """Liveness. ``inventory`` and ``containers`` are the newest the agent has (None
         while it has none): a slow engine or GPU driver makes them late, never the beat."""
@@ -48,6 +49,7 @@ class ControlReporter:
             protocol.HEARTBEAT,
             expires=protocol.HEARTBEAT_EXPIRES_S,
             inventory=inventory,
+            topology=topology,
             containers=containers,
             containers_listed_at=containers_listed_at,
             workspaces=workspaces,
@@ -65,6 +67,13 @@ class ControlReporter:
             kind=kind,
             data=data,
             sent_at=time.time(),
+        )
+
+    def acceptance(self, run_id: str, kind: str, **data) -> None:
+        """How an acceptance run went (``protocol.ACCEPTANCE_KINDS``)."""
+        log.info("acceptance run %s: %s", run_id, kind)
+        self._send(
+            protocol.ACCEPTANCE_REPORT, run_id=run_id, kind=kind, data=data, sent_at=time.time()
         )
 
     def telemetry(self, minutes: list[dict], simulated: bool) -> None:

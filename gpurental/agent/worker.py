@@ -96,3 +96,11 @@ def _register(app: Celery) -> None:
     def instance_remove(**message) -> None:
         if (payload := _accepted(message)) is not None:
             _current().remove(payload["instance_id"])
+
+    # The acceptance benchmark: minutes on a big host; never retried (a new run is asked for).
+    @app.task(name=protocol.ACCEPTANCE_RUN, time_limit=3 * 3600, soft_time_limit=3 * 3600 - 60)
+    def acceptance_run(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            from gpurental.agent.acceptance import acceptance_run as run
+
+            run(_current(), payload)

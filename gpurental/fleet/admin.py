@@ -1,9 +1,14 @@
 from django.contrib import admin, messages
 from django.db.models import Count, Q
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
 
+from gpurental.acceptance.models import RunReason, RunStatus
+from gpurental.acceptance.selectors import host_runs
+from gpurental.acceptance.services import AcceptanceRefused, acceptance_run_request
 from gpurental.accounts.admin_mixins import AuditedAdmin
+from gpurental.fleet import topology
 from gpurental.fleet.models import GPU, Host, HostStatus
 from gpurental.fleet.services import host_join_command, host_rotate_token, host_set_status
 
@@ -27,9 +32,56 @@ class HostAdmin(AuditedAdmin):
     ]
     list_filter = ["status", "gpu_source", "runtime"]
     search_fields = ["name", "address"]
-    readonly_fields = ["last_heartbeat_at", "agent_version", "runtime", "created_at"]
+    readonly_fields = [
+        "last_heartbeat_at",
+        "agent_version",
+        "runtime",
+        "created_at",
+        "topology_matrix",
+        "acceptance_history",
+    ]
+    exclude = ["topology"]
     inlines = [GPUInline]
-    actions = ["drain", "maintenance", "activate", "rotate_token"]
+    actions = ["drain", "maintenance", "activate", "rotate_token", "run_acceptance"]
+
+    def get_changeform_initial_data(self, request):
+        # A host added here is benchmarked before its first placement (gpurental/acceptance).
+        return {"status": HostStatus.ACCEPTANCE, **super().get_changeform_initial_data(request)}
+
+    @admin.display(description="GPU topology")
+    def topology_matrix(self, host):
+        data = host.topology or {}
+        gpus = host.gpus.filter(is_enabled=True).select_related("model")
+        first = gpus.first()
+        summary = topology.host_class(
+            gpu_count=gpus.count(),
+            short_name=first.model.short_name if first else "GPU",
+            topology=data,
+        )
+        return render_to_string(
+            "admin/fleet/host/_topology.html",
+            {
+                "rows": topology.matrix_rows(data),
+                "legend": topology.legend(data),
+                "source": data.get("source"),
+                "error": data.get("error"),
+                "nics": data.get("nics") or [],
+                "summary": summary,
+            },
+        )
+
+    @admin.display(description="Acceptance benchmark")
+    def acceptance_history(self, host):
+        runs = host_runs(host=host) if host.pk else []
+        latest = next((r for r in runs if r.status in (RunStatus.PASSED, RunStatus.HELD)), None)
+        return render_to_string(
+            "admin/acceptance/_history.html",
+            {
+                "runs": runs,
+                "latest": latest,
+                "latest_threshold": f"{latest.threshold * 100:g}" if latest else "",
+            },
+        )
 
     def get_queryset(self, request):
         return (
@@ -81,6 +133,19 @@ class HostAdmin(AuditedAdmin):
     @admin.action(description="Reactivate")
     def activate(self, request, queryset):
         self._set_status(request, queryset, HostStatus.ACTIVE)
+
+    @admin.action(description="Run the acceptance benchmark (no placements until it passes)")
+    def run_acceptance(self, request, queryset):
+        now = timezone.now()
+        for host in queryset:
+            try:
+                acceptance_run_request(
+                    host=host, reason=RunReason.ON_DEMAND, actor=request.user, now=now
+                )
+            except AcceptanceRefused as exc:
+                self.message_user(request, str(exc), level=messages.ERROR)
+            else:
+                self.message_user(request, f"Acceptance benchmark queued on {host.name}.")
 
     @admin.action(description="Rotate join token (shows the new join command)")
     def rotate_token(self, request, queryset):

@@ -10,6 +10,11 @@ class HostStatus(models.TextChoices):
     DRAINING = "draining", "Draining (no new placements)"
     MAINTENANCE = "maintenance", "Maintenance"
     OFFLINE = "offline", "Offline (heartbeat lost)"
+    # The acceptance benchmark (gpurental/acceptance) gates placements: a joining host, one
+    # back from maintenance, or one a staff member re-tests waits here for its run...
+    ACCEPTANCE = "acceptance", "Acceptance (benchmark before placements)"
+    # ...and stays out of placements when a figure came in below the operator's threshold.
+    HELD = "held", "Held back (below the acceptance threshold)"
 
 
 class GPUSource(models.TextChoices):
@@ -42,6 +47,11 @@ class Host(models.Model):
         max_length=255,
         blank=True,
         help_text="Host path of a shared Hugging Face cache, mounted read-only",
+    )
+    topology = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="GPU pairs (NVLink, NVSwitch, PCIe) and NICs, as the agent reads them",
     )
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)

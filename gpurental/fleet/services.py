@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.accounts.models import AuditEvent, User
@@ -86,9 +87,32 @@ def host_rotate_token(*, host: Host, actor: User | None = None) -> str:
 
 @transaction.atomic
 def host_set_status(
-    *, host: Host, status: HostStatus, actor: User | None = None, reason: str = ""
+    *,
+    host: Host,
+    status: HostStatus,
+    actor: User | None = None,
+    reason: str = "",
+    only_from: tuple[str, ...] | None = None,
 ) -> Host:
+    """``only_from``: change nothing unless the host is in one of these states (a staff
+    member's maintenance is not undone by a benchmark result that comes in meanwhile)."""
     host = Host.objects.select_for_update().get(pk=host.pk)
+    if only_from is not None and host.status not in only_from:
+        return host
+    if (
+        host.status == HostStatus.MAINTENANCE
+        and status == HostStatus.ACTIVE
+        and settings.ACCEPTANCE_AFTER_MAINTENANCE
+    ):
+        from gpurental.acceptance.models import RunReason
+        from gpurental.acceptance.services import acceptance_run_request
+
+        # Back from maintenance: benchmarked first (acceptance), active when it passes.
+        acceptance_run_request(
+            host=host, reason=RunReason.MAINTENANCE, actor=actor, now=timezone.now()
+        )
+        host.refresh_from_db()
+        return host
     if host.status != status:
         old = host.status
         host.status = status
@@ -158,9 +182,11 @@ def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
     """A heartbeat as it comes off the control queue: verified, then recorded."""
     host, beat = host_message_verify(message=message, what="heartbeat", now=now)
     inventory, containers = beat.get("inventory"), beat.get("containers")
+    topology = beat.get("topology")
     return host_heartbeat_record(
         host=host,
         inventory=None if inventory is None else list(inventory),
+        topology=topology if isinstance(topology, dict) else None,
         containers=None if containers is None else dict(containers),
         containers_listed_at=beat.get("containers_listed_at"),
         workspaces=beat.get("workspaces"),
@@ -226,6 +252,7 @@ def host_heartbeat_record(
     now: datetime,
     containers_listed_at: float | None = None,
     workspaces: dict[str, int] | None = None,
+    topology: dict | None = None,
 ) -> Host:
     """Record a verified heartbeat: sync GPUs; reconcile the host's containers.
 
@@ -253,8 +280,22 @@ def host_heartbeat_record(
         for key, value in fields.items():
             setattr(host, key, value)
         host.save(update_fields=list(fields))
+        if topology is not None and topology != host.topology:
+            old_fabric = (host.topology or {}).get("fabric")
+            host.topology = topology
+            host.save(update_fields=["topology"])
+            audit_record(
+                action="host.topology",
+                obj=host,
+                changes={"fabric": [old_fabric, topology.get("fabric")]},
+            )
         if inventory is not None:
             host_inventory_sync(host=host, inventory=inventory)
+    if inventory and host.status == HostStatus.ACCEPTANCE:
+        from gpurental.acceptance.services import acceptance_on_join
+
+        # A joining host's first inventory: its benchmark can run now.
+        acceptance_on_join(host=host, now=now)
     if containers is not None:
         listed_at = _agent_time(containers_listed_at, now) if containers_listed_at else observed_at
         host_containers_reconcile(host=host, containers=containers, observed_at=listed_at, now=now)

@@ -25,6 +25,10 @@ class GpuSource(Protocol):
 
     def inventory(self) -> list[GpuInfo]: ...
 
+    def topology(self) -> dict:
+        """How each pair of GPUs is connected (``agent/topology.py`` says the shape)."""
+        ...
+
     def sample(self, *, activity: dict[int, float | None] | None = None) -> list[GpuSample]:
         """Every GPU's numbers now; never blocks much longer than a tick's deadline.
 

@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 
 from gpurental.agent.gpus.base import GpuInfo, GpuSample
+from gpurental.agent.topology import read_gpu_topology
 
 # A tick is one second; a reading not back after this long is "stale" for the tick.
 SAMPLE_DEADLINE_S = 0.5
@@ -86,6 +87,10 @@ class NvmlSource:
                     )
                 )
             return gpus
+
+    def topology(self) -> dict:
+        with self._lock:
+            return read_gpu_topology(self._nvml, self.handles)
 
     # --- telemetry ------------------------------------------------------------
 

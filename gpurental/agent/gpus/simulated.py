@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass
 
 from gpurental.agent.gpus.base import GpuInfo, GpuSample
+from gpurental.agent.topology import simulated_gpu_topology
 
 # Memory of the models the demo offers, in MiB as NVML reports it.
 KNOWN_MEMORY_MB = {
@@ -85,6 +86,9 @@ class SimulatedSource:
             )
             for i in range(self.count)
         ]
+
+    def topology(self) -> dict:
+        return simulated_gpu_topology(self.count, nvlink=self.model_name in NVLINK_MODELS)
 
     def sample(self, *, activity: dict[int, float | None] | None = None) -> list[GpuSample]:
         activity = activity or {}
