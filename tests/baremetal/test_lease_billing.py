@@ -1,0 +1,105 @@
+"""A lease is billed per second: the on-demand rate with the off-peak discount inside the
+window (operator's time zone), or the reserved rate when booked ahead."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from gpurental.baremetal import services
+from gpurental.baremetal.models import LeaseCharge, LeaseStatus
+from gpurental.billing import pricing
+from gpurental.billing.exceptions import InsufficientBalance
+from gpurental.billing.models import Charge, LedgerEntry
+from gpurental.billing.selectors import balance_of
+from gpurental.billing.services import credit_add
+from gpurental.billing.services.metering import instance_meter, meter_run
+from gpurental.rentals.models import Allocation, Instance
+
+# 07:59:30 in Berlin (summer, UTC+2): 30 s before the off-peak window (00:00–08:00) closes.
+NOW = datetime(2026, 6, 10, 5, 59, 30, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def berlin(settings):
+    settings.TIME_ZONE = "Europe/Berlin"
+
+
+def exact(rate: str, seconds: int) -> Decimal:
+    return Decimal(rate) * seconds / 3600
+
+
+def test_a_lease_started_now_is_billed_per_second_with_the_off_peak_split(
+    alice, whole_host_plan, leasable
+):
+    leasable("node1", last_heartbeat_at=NOW)
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
+    )
+    charges = services.lease_meter(lease=lease, now=NOW + timedelta(seconds=75, microseconds=9))
+    # 30 s off-peak at 14.00/h (30 % off 20.00), then 45 s at the peak 20.00/h; whole seconds.
+    assert [(c.rate_kind, (c.period_end - c.period_start).total_seconds()) for c in charges] == [
+        ("off_peak", 30.0),
+        ("peak", 45.0),
+    ]
+    assert [c.hourly_rate for c in charges] == [Decimal("14.0"), Decimal("20.0")]
+    assert abs(charges[0].amount - exact("14", 30)) < Decimal("0.000001")
+    assert abs(charges[1].amount - exact("20", 45)) < Decimal("0.000001")
+    assert balance_of(user=alice) == -(charges[0].amount + charges[1].amount)
+    # Running the meter again charges nothing more for the same seconds.
+    assert services.lease_meter(lease=lease, now=NOW + timedelta(seconds=75)) == []
+    assert LeaseCharge.objects.count() == 2
+
+    # Ending early: billing stops at the second it ends, and the host is free from then.
+    end = NOW + timedelta(seconds=100, microseconds=500_000)
+    services.lease_end(lease=lease, actor=alice, now=end)
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.ENDED
+    assert lease.billed_until == lease.end == NOW + timedelta(seconds=100)
+    last = LeaseCharge.objects.order_by("period_start").last()
+    assert (last.rate_kind, (last.period_end - last.period_start).total_seconds()) == ("peak", 25)
+    total = sum(LeaseCharge.objects.values_list("amount", flat=True))
+    assert pricing.quantize_money(total) == pricing.quantize_money(
+        exact("14", 30) + exact("20", 70)
+    )
+    assert all(a.period.upper == lease.end for a in Allocation.objects.filter(lease=lease))
+    assert LedgerEntry.objects.filter(user=alice, kind="usage").count() == 3
+
+
+def test_a_lease_booked_ahead_pays_the_reserved_rate_off_peak_or_not(
+    alice, whole_host_plan, leasable, image, sent
+):
+    host = leasable("node1", last_heartbeat_at=NOW)
+    start = NOW + timedelta(days=1)  # 07:59:30 local again: half a minute of off-peak
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, start=start, end=start + timedelta(hours=1), now=NOW
+    )
+    services.leases_tick(now=start)
+    charges = services.lease_meter(lease=lease, now=start + timedelta(seconds=90))
+    assert [c.rate_kind for c in charges] == ["reserved"]  # replaces off-peak, as for reservations
+    assert charges[0].hourly_rate == Decimal("16.0")  # 20 % off 20.00
+    assert abs(charges[0].amount - exact("16", 90)) < Decimal("0.000001")
+    # The tenant's instance on the leased host is not metered as well.
+    host.last_heartbeat_at = start
+    host.save()
+    instance = services.lease_launch(lease=lease, image=image, actor=alice, now=start)
+    Instance.objects.filter(pk=instance.pk).update(running_since=start, status="running")
+    assert meter_run(now=start + timedelta(minutes=5)) == 0
+    instance.refresh_from_db()
+    assert instance_meter(instance=instance, now=start + timedelta(minutes=5)) == []
+    assert not Charge.objects.exists()
+
+
+def test_a_lease_needs_credit_for_its_whole_period_when_balance_is_enforced(
+    alice, whole_host_plan, leasable, settings
+):
+    settings.BILLING_ENFORCE_BALANCE = True
+    leasable("node1", last_heartbeat_at=NOW)
+    with pytest.raises(InsufficientBalance, match="this lease costs") as refused:
+        services.lease_book(user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW)
+    assert refused.value.field == "plan"
+    credit_add(user=alice, amount=Decimal("40.00"), description="top-up")
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
+    )
+    assert lease.status == LeaseStatus.ACTIVE
