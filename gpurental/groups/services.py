@@ -45,8 +45,8 @@ LIVE = (S.PENDING, S.PROVISIONING, S.RUNNING, S.STOPPING, S.STOPPED, S.UNREACHAB
 STARTING = (S.PENDING, S.PROVISIONING)
 BROKEN = (S.FAILED, S.LOST)
 ENDPOINT_KEY_PREFIX = "gpg_"
-# Settings that replicas are made with: changing them means new replicas, so apply refuses.
-FIXED = ("image", "instance_type", "gpu_count", "port")
+# Settings that replicas are made with: changing them replaces the replicas (a rollout).
+REPLACES = ("image", "instance_type", "gpu_count")
 
 
 def endpoint_key_hash(raw: str) -> str:
@@ -161,21 +161,20 @@ def group_apply(*, user, source, fmt: str | None = None, now: datetime | None = 
             for key in normal
             if before.get(key) != normal[key]
         ]
-        fixed = [key for key in FIXED if before.get(key) != normal[key]]
-        if fixed:
-            raise specs.SpecError(
-                f"{fixed[0]} cannot change on a running group ({before.get(fixed[0])!r} → "
-                f"{normal[fixed[0]]!r}): its replicas were made with it; delete the group "
-                "and apply again, or apply under another name",
-                field=fixed[0],
-            )
         if not changes:
             return Applied(group, created=False, changes=[])
+        rollout = [key for key in REPLACES if before.get(key) != normal[key]]
         for key, value in values.items():
             setattr(group, key, value)
         group.save(update_fields=list(values))
         _replace_rules(group, spec)
-        _event(group, GroupEvent.Kind.APPLIED, "changed: " + "; ".join(changes), now)
+        reason = "changed: " + "; ".join(changes)
+        if rollout:
+            reason += (
+                f" — rollout: the replicas made with the old {', '.join(rollout)} are replaced; "
+                "each keeps serving until enough new ones do"
+            )
+        _event(group, GroupEvent.Kind.APPLIED, reason, now)
         publish_group_changed(group.pk)
     return Applied(group, created=False, changes=changes)
 
@@ -233,6 +232,11 @@ class Replicas:
     warm: list[Instance] = field(default_factory=list)  # stopped, ready to promote
     filling: list[Instance] = field(default_factory=list)  # warm, not yet parked
     broken: list[Instance] = field(default_factory=list)
+    # Made with an earlier spec's image or plan (a rollout): serving ones keep serving until
+    # enough new ones do; warm ones are of no use any more.
+    outdated: list[Instance] = field(default_factory=list)  # serving: running or on its way
+    stale_warm: list[Instance] = field(default_factory=list)
+    blocked: bool = False  # this tick's scale-out was refused (quota, balance, capacity)
 
     @classmethod
     def of(cls, group: Group) -> Replicas:
@@ -243,8 +247,13 @@ class Replicas:
             .order_by("created_at")
         )
         for r in replicas:
+            old = r.image_id != group.image_id or r.plan_id != group.plan_id
             if r.status in BROKEN:
                 found.broken.append(r)
+            elif old and r.group_role == "warm":
+                found.stale_warm.append(r)
+            elif old and r.group_role == "serving" and r.status in (S.RUNNING, *STARTING):
+                found.outdated.append(r)
             elif r.group_role == "draining":
                 found.draining.append(r)
             elif r.group_role == "warm":
@@ -262,9 +271,11 @@ class Replicas:
         return [
             *self.ready,
             *self.starting,
+            *self.outdated,
             *self.draining,
             *self.warm,
             *self.filling,
+            *self.stale_warm,
             *self.broken,
         ]
 
@@ -359,7 +370,9 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
             queued=load.queued,
             burst=load.burst,
             waiting_now=load.queued_now,
-            gpu_util=_gpu_util(replicas.ready, since=time.time() - 60),
+            gpu_util=_gpu_util(
+                [*replicas.ready, *_serving(replicas.outdated)], since=time.time() - 60
+            ),
             last_request_at=datetime.fromtimestamp(last, tz=UTC) if last else None,
         )
         recent, floor, prewarm = _history(group, now)
@@ -402,7 +415,7 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
                 group.last_scale_down_at = now
         group.desired_replicas = decision.desired
         group.save(update_fields=["desired_replicas", "last_scale_up_at", "last_scale_down_at"])
-        changed = _act(group, replicas, decision.desired - current, load, now)
+        changed = _act(group, replicas, decision.desired, current, load, now)
         if changed:
             publish_group_changed(group.pk)
         # The page's live charts: this sample, the replicas as they are now, this tick's events.
@@ -410,7 +423,16 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
     return decision
 
 
-def _act(group: Group, replicas: Replicas, delta: int, load, now) -> bool:
+def _serving(replicas: list[Instance]) -> list[Instance]:
+    return [r for r in replicas if r.status == S.RUNNING]
+
+
+def _outdated(group: Group, replica: Instance) -> bool:
+    return replica.image_id != group.image_id or replica.plan_id != group.plan_id
+
+
+def _act(group: Group, replicas: Replicas, desired: int, current: int, load, now) -> bool:
+    delta = desired - current
     changed = False
     for replica in replicas.broken:
         lifecycle.instance_terminate(instance=replica, actor=None, now=now)
@@ -430,9 +452,36 @@ def _act(group: Group, replicas: Replicas, delta: int, load, now) -> bool:
             _set_role(group, replica, "draining", "draining: no new requests", now)
             replicas.draining.append(replica)
         changed |= bool(victims)
+    changed |= _roll_out(group, replicas, desired, now)
     changed |= _retire_drained(group, replicas, load, now)
     changed |= _keep_warm_pool(group, replicas, now)
     return changed
+
+
+def _roll_out(group: Group, replicas: Replicas, desired: int, now) -> bool:
+    """Replace the replicas of an earlier spec (another image or plan). The autoscaler
+    counts only replicas of the current spec, so it launches new ones as it would from
+    zero; meanwhile the old ones serve, and each drains once the new ones alone plus the
+    old ones still serving exceed what is wanted. Where the quota or the balance holds new
+    ones back, one old replica at a time makes room. Old warm replicas simply go."""
+    changed = False
+    for replica in [*replicas.stale_warm, *(r for r in replicas.outdated if r.status != S.RUNNING)]:
+        lifecycle.instance_terminate(instance=replica, actor=None, now=now)
+        _event(
+            group,
+            GroupEvent.Kind.REPLICA,
+            f"{str(replica.pk)[:8]} terminated: made with the earlier spec (rollout)",
+            now,
+        )
+        changed = True
+    old = _serving(replicas.outdated)
+    drain = old[: max(0, len(replicas.ready) + len(old) - desired)]
+    if not drain and old and replicas.blocked and not replicas.starting:
+        drain = old[:1]
+    for replica in drain:
+        _set_role(group, replica, "draining", "rollout: replaced by the new spec", now)
+        replicas.draining.append(replica)
+    return changed or bool(drain)
 
 
 def _scale_out(group: Group, replicas: Replicas, count: int, now) -> bool:
@@ -461,6 +510,7 @@ def _scale_out(group: Group, replicas: Replicas, count: int, now) -> bool:
             changed = True
         except RentalError as exc:
             _event(group, GroupEvent.Kind.BLOCKED, f"scale-out blocked: {exc.message}", now)
+            replicas.blocked = True
             break
     return changed
 
@@ -477,7 +527,11 @@ def _retire_drained(group: Group, replicas: Replicas, load, now) -> bool:
         # Gateways see the role change within a second or two: wait that long at least.
         if (inflight and waited < settings.GROUP_DRAIN_TIMEOUT_S) or waited < 2:
             continue
-        if replica.status == S.RUNNING and warm_count < group.warm_pool_size:
+        if (
+            replica.status == S.RUNNING
+            and warm_count < group.warm_pool_size
+            and not _outdated(group, replica)
+        ):
             lifecycle.instance_stop(
                 instance=replica,
                 reason="drained: back to the warm pool",
@@ -553,15 +607,7 @@ def _keep_warm_pool(group: Group, replicas: Replicas, now) -> bool:
 
 
 def _wind_down(group: Group, replicas: Replicas, now) -> None:
-    live = [
-        *replicas.ready,
-        *replicas.starting,
-        *replicas.draining,
-        *replicas.warm,
-        *replicas.filling,
-        *replicas.broken,
-    ]
-    for replica in live:
+    for replica in replicas.in_page_order():
         if replica.status not in (S.TERMINATING, S.TERMINATED):
             lifecycle.instance_terminate(instance=replica, actor=None, now=now)
     if not group.replicas.exclude(status=S.TERMINATED).exists():

@@ -246,3 +246,73 @@ def test_the_round_forgets_samples_pre_warm_no_longer_needs(alice, serving_image
     kept = sorted(round((now - at).total_seconds() / 86400) for at in
                   LoadSample.objects.filter(at__lt=now - dt.timedelta(hours=1)).values_list("at", flat=True))  # fmt: skip
     assert kept == [1, 7]
+
+
+def test_a_new_image_rolls_out_without_dropping_below_what_is_wanted(
+    alice, serving_image, host, sent, settings
+):
+    settings.GROUP_DRAIN_TIMEOUT_S = 60
+    ImageTemplateFactory(slug="serving-echo-v2", port=8000, http_ports=[8000])
+    group = apply(alice, min_nodes=2, max_nodes=4, warm_pool={"size": 1})
+    services.group_tick(group_id=group.pk)
+    old = replicas(group, role="serving")
+    (old_warm,) = replicas(group, role="warm")
+    for replica in old:
+        run(replica)
+
+    applied = services.group_apply(
+        user=alice,
+        source={"name": "inference", "instance_type": "A100", "image": "serving-echo-v2",
+                "min_nodes": 2, "max_nodes": 4, "warm_pool": {"size": 1}},
+    )  # fmt: skip
+    assert applied.changes == ["image: 'serving-echo' → 'serving-echo-v2'"]
+    assert "rollout" in events(group, "applied")[-1]
+
+    # New replicas are launched as from zero; the old ones keep serving; the old warm goes.
+    services.group_tick(group_id=group.pk)
+    new = [r for r in replicas(group, role="serving") if r.image.slug == "serving-echo-v2"]
+    assert len(new) == 2 and all(r.status == "pending" for r in new)
+    assert {r.group_role for r in Instance.objects.filter(pk__in=[o.pk for o in old])} == {
+        "serving"
+    }
+    assert Instance.objects.get(pk=old_warm.pk).status == "terminating"
+
+    # One new replica serves: one old one drains (two still serve), the other keeps serving.
+    run(new[0])
+    services.group_tick(group_id=group.pk)
+    draining = replicas(group, role="draining")
+    assert len(draining) == 1 and draining[0].pk in {o.pk for o in old}
+    assert any("rollout: replaced by the new spec" in e for e in events(group, "replica"))
+    # Both new ones serve: the last old one drains too, and nothing old goes to the pool.
+    run(new[1])
+    services.group_tick(group_id=group.pk)
+    assert {r.pk for r in replicas(group, role="draining")} == {o.pk for o in old}
+    for replica in old:
+        state_redis().set(services._drain_key(replica.pk), str(time.time() - 5))
+    services.group_tick(group_id=group.pk)
+    assert {Instance.objects.get(pk=o.pk).status for o in old} == {"terminating"}
+    pool = [r for r in replicas(group, role="warm") if r.pk != old_warm.pk]
+    assert len(pool) == 1 and pool[0].image.slug == "serving-echo-v2"
+
+
+def test_a_rollout_held_back_by_the_quota_makes_room_one_replica_at_a_time(
+    alice, serving_image, host, sent
+):
+    ImageTemplateFactory(slug="serving-echo-v2", port=8000, http_ports=[8000])
+    alice.gpu_quota = 2
+    alice.save()
+    group = apply(alice, min_nodes=2, max_nodes=2)
+    services.group_tick(group_id=group.pk)
+    old = replicas(group, role="serving")
+    for replica in old:
+        run(replica)
+    services.group_apply(
+        user=alice,
+        source={"name": "inference", "instance_type": "A100", "image": "serving-echo-v2",
+                "min_nodes": 2, "max_nodes": 2},
+    )  # fmt: skip
+    services.group_tick(group_id=group.pk)
+    # No room for a new one: the oldest replica drains to make room; the other serves on.
+    assert any("quota" in e for e in events(group, "blocked"))
+    assert [r.pk for r in replicas(group, role="draining")] == [old[0].pk]
+    assert Instance.objects.get(pk=old[1].pk).group_role == "serving"
