@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 
 from gpurental.api import (
     views,
+    views_baremetal,
     views_billing,
     views_groups,
     views_notifications,
@@ -35,6 +36,8 @@ router.register(
     basename="notification-preference",
 )
 router.register("payments", views_payments.PaymentViewSet, basename="payment")
+router.register("dedicated-plans", views_baremetal.DedicatedPlanViewSet, basename="dedicated-plan")
+router.register("leases", views_baremetal.LeaseViewSet, basename="lease")
 
 v1 = [
     path("me/", views.MeView.as_view(), name="me"),

@@ -97,6 +97,11 @@ def _second_floor(moment: datetime) -> datetime:
     return moment.replace(microsecond=0)
 
 
+def _second_ceil(moment: datetime) -> datetime:
+    floor = _second_floor(moment)
+    return floor if floor == moment else floor + SECOND
+
+
 def lease_price(*, plan: DedicatedPlan, start: datetime, end: datetime, reserved: bool) -> Decimal:
     """The plan's price over [start, end), per second, rounded once to cents."""
     segments = pricing.price_interval(
@@ -353,7 +358,8 @@ def lease_end(
                 f"{lease.end:%Y-%m-%d %H:%M} UTC: it cannot end early",
                 field="status",
             )
-        end = max(_second_floor(now), lease.start) if early else lease.end
+        # Billed per second: the second it ends in counts, so the period is never empty.
+        end = max(_second_ceil(now), lease.start + SECOND) if early else lease.end
         for instance in lease.instances.filter(status__in=lifecycle.STOPPABLE):
             lifecycle.instance_stop(
                 instance=instance,
@@ -363,11 +369,9 @@ def lease_end(
                 now=now,
             )
         if early:
-            held = Allocation.objects.filter(lease=lease)
-            if end <= lease.start:
-                held.delete()
-            else:
-                held.update(period=rental_selectors.between(lease.start, end))
+            Allocation.objects.filter(lease=lease).update(
+                period=rental_selectors.between(lease.start, end)
+            )
         _lease_meter(lease, now=max(now, end), until=end)
         who = f"ended early by {actor}" if early and actor else "its period ended"
         _event(

@@ -66,6 +66,14 @@ EXPECTED_OPERATIONS = {
     ("post", "/api/v1/payments/"),
     ("get", "/api/v1/payments/{id}/"),
     ("post", "/api/v1/vouchers/redeem/"),
+    ("get", "/api/v1/dedicated-plans/"),
+    ("get", "/api/v1/dedicated-plans/{slug}/"),
+    ("get", "/api/v1/leases/"),
+    ("post", "/api/v1/leases/"),
+    ("get", "/api/v1/leases/{id}/"),
+    ("post", "/api/v1/leases/{id}/launch/"),
+    ("post", "/api/v1/leases/{id}/end/"),
+    ("post", "/api/v1/leases/{id}/cancel/"),
 }
 
 

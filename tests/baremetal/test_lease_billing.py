@@ -50,17 +50,18 @@ def test_a_lease_started_now_is_billed_per_second_with_the_off_peak_split(
     assert services.lease_meter(lease=lease, now=NOW + timedelta(seconds=75)) == []
     assert LeaseCharge.objects.count() == 2
 
-    # Ending early: billing stops at the second it ends, and the host is free from then.
+    # Ending early: billing stops at the end of the second it ends in, and the host is free
+    # from then.
     end = NOW + timedelta(seconds=100, microseconds=500_000)
     services.lease_end(lease=lease, actor=alice, now=end)
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.ENDED
-    assert lease.billed_until == lease.end == NOW + timedelta(seconds=100)
+    assert lease.billed_until == lease.end == NOW + timedelta(seconds=101)
     last = LeaseCharge.objects.order_by("period_start").last()
-    assert (last.rate_kind, (last.period_end - last.period_start).total_seconds()) == ("peak", 25)
+    assert (last.rate_kind, (last.period_end - last.period_start).total_seconds()) == ("peak", 26)
     total = sum(LeaseCharge.objects.values_list("amount", flat=True))
     assert pricing.quantize_money(total) == pricing.quantize_money(
-        exact("14", 30) + exact("20", 70)
+        exact("14", 30) + exact("20", 71)
     )
     assert all(a.period.upper == lease.end for a in Allocation.objects.filter(lease=lease))
     assert LedgerEntry.objects.filter(user=alice, kind="usage").count() == 3

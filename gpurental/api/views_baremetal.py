@@ -1,0 +1,115 @@
+"""Dedicated hosts over the API: the plans, and one's own leases (book, read, launch
+into, end, cancel). Another customer's lease is a 404 worded as if it did not exist."""
+
+from __future__ import annotations
+
+from django.db.models import Sum
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from gpurental.api import serializers_baremetal as s
+from gpurental.api.idempotency import idempotent
+from gpurental.api.serializers import InstanceDetailSerializer
+from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, instances_for
+from gpurental.baremetal import selectors, services
+from gpurental.baremetal.models import DedicatedPlan, Lease
+
+
+@extend_schema(tags=["dedicated hosts"])
+class DedicatedPlanViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Whole hosts offered for lease, priced per hour for the host."""
+
+    serializer_class = s.DedicatedPlanSerializer
+    lookup_field = "slug"
+    pagination_class = None
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return DedicatedPlan.objects.none()
+        return selectors.plans_offered()
+
+
+@extend_schema(tags=["dedicated hosts"])
+class LeaseViewSet(
+    LookupMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """A whole host, one tenant, over [start, end), billed per second."""
+
+    # A lease is a booking of capacity: API keys need the reservations scope to change one.
+    scope_area = "reservations"
+    noun = "lease"
+    serializer_class = s.LeaseSerializer
+    lookup_value_regex = UUID_RE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Lease.objects.none()
+        return (
+            selectors.leases_visible_to(user=self.request.user)
+            .annotate(charged_so_far=Sum("charges__amount", default=0))
+            .prefetch_related("events")
+        )
+
+    def _detail(self, lease: Lease, code=status.HTTP_200_OK) -> Response:
+        fresh = self.get_queryset().get(pk=lease.pk)
+        return Response(s.LeaseSerializer(fresh).data, status=code)
+
+    @extend_schema(
+        summary="Lease a whole host (start omitted: now)",
+        request=s.LeaseCreateSerializer,
+        responses={201: s.LeaseSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @idempotent
+    def create(self, request, *args, **kwargs):
+        form = s.LeaseCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        lease = services.lease_book(user=request.user, **form.validated_data)
+        return self._detail(lease, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Launch an instance on every GPU of the leased host",
+        request=s.LeaseLaunchSerializer,
+        responses={201: InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def launch(self, request, pk=None):
+        lease = self.get_object()
+        form = s.LeaseLaunchSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        instance = services.lease_launch(
+            lease=lease, image=form.validated_data["image"], actor=request.user
+        )
+        fresh = instances_for(request.user).get(pk=instance.pk)
+        return Response(InstanceDetailSerializer(fresh).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="End a lease that started at booking now; billing stops",
+        request=None,
+        responses={200: s.LeaseSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def end(self, request, pk=None):
+        lease = self.get_object()
+        services.lease_end(lease=lease, actor=request.user)
+        return self._detail(lease)
+
+    @extend_schema(
+        summary="Cancel a booked lease before its start",
+        request=None,
+        responses={200: s.LeaseSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def cancel(self, request, pk=None):
+        lease = services.lease_cancel(lease=self.get_object(), actor=request.user)
+        return self._detail(lease)
