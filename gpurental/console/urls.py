@@ -3,6 +3,7 @@ from django.urls import path
 
 from gpurental.console import (
     views,
+    views_baremetal,
     views_billing_self,
     views_groups,
     views_notifications,
@@ -49,6 +50,13 @@ urlpatterns = [
     ),
     path(
         "instances/<uuid:instance_id>/<str:action>/", views.instance_action, name="instance_action"
+    ),
+    path("dedicated/", views_baremetal.leases, name="leases"),
+    path("dedicated/<uuid:lease_id>/", views_baremetal.lease_detail, name="lease"),
+    path(
+        "dedicated/<uuid:lease_id>/<str:action>/",
+        views_baremetal.lease_action,
+        name="lease_action",
     ),
     path("keys/", views.api_keys, name="api_keys"),
     path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
