@@ -77,6 +77,11 @@ class Instance(models.Model):
     ssh_host_key = models.TextField(blank=True, editable=False)
     container_id = models.CharField(max_length=80, blank=True)
     mount_model_cache = models.BooleanField(default=False)
+    # The name the launch used when it was an alias of the image (catalog.ImageAlias).
+    image_alias = models.CharField(max_length=50, blank=True)
+    # A Hugging Face repository asked for at launch ("org/name"): placement prefers hosts
+    # whose shared cache has it (gpurental/modelcache).
+    hf_model = models.CharField(max_length=96, blank=True)
     idle_stop_minutes = models.PositiveIntegerField(default=30, help_text="0 = never auto-stop")
     idle_warned_at = models.DateTimeField(
         null=True, blank=True, help_text="When the idle auto-stop warning was sent for this run"
