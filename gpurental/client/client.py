@@ -21,6 +21,7 @@ from requests.structures import CaseInsensitiveDict
 
 from gpurental import __version__
 from gpurental.client import config
+from gpurental.client.dedicated import DedicatedHosts
 from gpurental.client.errors import (
     AuthenticationError,
     Conflict,
@@ -104,6 +105,11 @@ class Client(GroupsMixin, PaymentsMixin):
         self._sleep = sleep or _sleep
         self._clock = clock or time.monotonic
         self._long_poll: bool | None = None  # does the server long-poll? None: not asked yet
+
+    @property
+    def dedicated(self) -> DedicatedHosts:
+        """Whole hosts: ``.plans()``, ``.book(plan, hours=)``, ``.list()``, ``.launch(id, image)``."""
+        return DedicatedHosts(self)
 
     @property
     def ssh_keys(self) -> SSHKeys:

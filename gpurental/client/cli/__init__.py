@@ -17,6 +17,9 @@
     gpurental cancel-reservation ID [--yes]
     gpurental relaunch RESERVATION_ID
     gpurental availability [MODEL] [--hours N] [--hourly]
+    gpurental dedicated-plans
+    gpurental lease PLAN (--hours H | --end TIME) [--start TIME] [--host-network]
+    gpurental leases | lease-launch ID --image SLUG | lease-end ID | lease-cancel ID
     gpurental usage [--month YYYY-MM] [--csv]
     gpurental invoices
     gpurental invoice ID [--pdf FILE | --csv FILE]
@@ -55,6 +58,7 @@ from gpurental import __version__
 from gpurental.client.cli import (
     account,
     billing,
+    dedicated,
     groups,
     instances,
     payments,
@@ -137,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # In this order in `gpurental --help`.
-    for group in (account, instances, ssh, reservations, groups, billing, payments):
+    for group in (account, instances, ssh, reservations, dedicated, groups, billing, payments):
         group.add_commands(command)
     return parser
 
