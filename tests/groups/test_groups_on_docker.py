@@ -224,3 +224,54 @@ def test_simulated_gpu_utilisation_scales_out(make_group):
     (reason,) = [r for r in reasons(group, "scaled") if "GPU utilisation" in r]
     assert reason.startswith("1 → 2: GPU utilisation") and "> 40 %" in reason
     assert len(replicas(group, group_role="serving")) == 2
+
+
+def test_schedule_and_prewarm_start_serving_replicas_before_any_request(make_group, settings):
+    from datetime import timedelta
+    from zoneinfo import ZoneInfo
+
+    from django.utils import timezone
+
+    from gpurental.groups.models import LoadSample
+
+    # A schedule whose window is now, in the operator's zone: its floor starts a replica.
+    hour = timezone.now().astimezone(ZoneInfo(settings.TIME_ZONE)).hour
+    window = f"{(hour - 1) % 24},{hour},{(hour + 1) % 24}"
+    scheduled, at_schedule, _ = make_group(
+        name="office-hours", min_nodes=0, max_nodes=2,
+        schedule={"cron": f"* {window} * * *", "min_nodes": 1},
+    )  # fmt: skip
+    # Pre-warm: on each of the past 4 days, one replica was needed in the quarter hour
+    # that starts a lead (15 minutes) from now.
+    prewarmed, at_prewarm, _ = make_group(name="nightly", min_nodes=0, max_nodes=2,
+                                          prewarm_lead_minutes=15)  # fmt: skip
+    soon = timezone.now() + timedelta(minutes=20)
+    for days in range(1, 5):
+        LoadSample.objects.create(
+            group=prewarmed, at=soon - timedelta(days=days), ready=1, provisioning=0, warm=0,
+            rps=3.0, inflight=1.0, queued=0.0, needed=1,
+        )  # fmt: skip
+
+    for group, why in ((scheduled, "schedule"), (prewarmed, "pre-warm")):
+        wait_for(
+            lambda group=group: len(replicas(group, status="running")) == 1,
+            60,
+            f"a replica started by {why}",
+        )
+        assert any(why in r for r in reasons(group, "scaled")), reasons(group, "scaled")
+    # Both serve at once: no request waited for a replica to start.
+    for endpoint in (at_schedule, at_prewarm):
+        started = time.monotonic()
+        assert endpoint.infer(ms=10).status_code == 200
+        assert time.monotonic() - started < 1.5
+
+
+def test_the_quota_blocks_a_scale_out_and_the_replicas_it_allows_serve(make_group, alice):
+    alice.gpu_quota = 1  # one replica of 1 GPU
+    alice.save(update_fields=["gpu_quota"])
+    group, endpoint, _ = make_group(min_nodes=2, max_nodes=2)
+    wait_for(lambda: len(replicas(group, status="running")) == 1, 60, "the replica allowed")
+    blocked = reasons(group, "blocked")
+    assert blocked and "quota" in blocked[0], blocked
+    assert len(replicas(group, group_role="serving")) == 1
+    assert endpoint.infer(ms=10).status_code == 200
