@@ -3,13 +3,15 @@ leased host's container gets."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum
 
-from gpurental.baremetal.models import BareMetalHost, DedicatedPlan, Lease
+from gpurental.baremetal.models import BareMetalHost, DedicatedPlan, Lease, LeaseCharge
 from gpurental.billing import pricing
+from gpurental.billing.models import InvoiceLine
 from gpurental.billing.selectors import operator_zone
 from gpurental.fleet.models import GPU, Host
 from gpurental.rentals import selectors as rental_selectors
@@ -101,3 +103,38 @@ def hosts_with_lease_state(*, now: datetime):
     """Every host with bare-metal settings, annotated ``leased`` (an active lease now)."""
     active = Lease.objects.filter(host=OuterRef("host"), status="active", period__contains=now)
     return BareMetalHost.objects.select_related("host").annotate(leased=Exists(active))
+
+
+def lease_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
+    """Per user, unsaved invoice lines for the lease charges of [start, end) (a month in
+    the operator's zone): one per lease and rate kind, like an instance's lines; the
+    amount rounded once, here. billing.services.invoicing adds them to the month's draft."""
+    charges = LeaseCharge.objects.filter(period_start__gte=start, period_start__lt=end)
+    if user_ids is not None:
+        charges = charges.filter(lease__user_id__in=user_ids)
+    rows = (
+        charges.values("lease_id", "lease__user_id", "rate_kind")
+        .annotate(
+            amount=Sum("amount"),
+            duration=Sum(
+                ExpressionWrapper(F("period_end") - F("period_start"), output_field=DurationField())
+            ),
+        )
+        .order_by("lease__user_id", "lease_id", "rate_kind")
+    )
+    leases = Lease.objects.select_related("plan", "host").in_bulk({r["lease_id"] for r in rows})
+    labels = dict(pricing.KIND_LABELS)
+    lines: dict[int, list] = defaultdict(list)
+    for row in rows:
+        lease = leases[row["lease_id"]]
+        hours = pricing.Decimal(row["duration"].total_seconds()) / 3600 * lease.plan.gpu_count
+        lines[row["lease__user_id"]].append(
+            InvoiceLine(
+                rate_kind=row["rate_kind"],
+                description=f"Dedicated host {lease.host.name} ({lease.plan.name}), "
+                f"{labels.get(row['rate_kind'], row['rate_kind'])}"[:255],
+                gpu_hours=hours.quantize(pricing.Decimal("0.0001")),
+                amount=pricing.quantize_money(row["amount"]),
+            )
+        )
+    return lines

@@ -13,6 +13,7 @@ from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.models import Charge, LedgerEntry
 from gpurental.billing.selectors import balance_of
 from gpurental.billing.services import credit_add
+from gpurental.billing.services.invoicing import invoice_generate
 from gpurental.billing.services.metering import instance_meter, meter_run
 from gpurental.rentals.models import Allocation, Instance
 
@@ -104,3 +105,21 @@ def test_a_lease_needs_credit_for_its_whole_period_when_balance_is_enforced(
         user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
     )
     assert lease.status == LeaseStatus.ACTIVE
+
+
+def test_the_month_s_invoice_has_a_line_per_lease_and_rate_kind(alice, whole_host_plan, leasable):
+    leasable("node1", last_heartbeat_at=NOW)
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
+    )
+    services.lease_meter(lease=lease, now=NOW + timedelta(minutes=30, seconds=30))
+    invoice = invoice_generate(user=alice, year=2026, month=6, now=NOW + timedelta(hours=1))
+    lines = {line.rate_kind: line for line in invoice.lines.all()}
+    assert set(lines) == {"off_peak", "peak"}
+    assert (
+        lines["off_peak"].description == "Dedicated host node1 (Dedicated 4× H100 host), off-peak"
+    )
+    assert lines["off_peak"].amount == pricing.quantize_money(exact("14", 30))
+    assert lines["peak"].amount == pricing.quantize_money(exact("20", 30 * 60))
+    assert lines["peak"].gpu_hours == Decimal("2.0000")  # 30 min × 4 GPUs
+    assert invoice.total == lines["off_peak"].amount + lines["peak"].amount

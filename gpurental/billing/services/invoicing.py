@@ -2,7 +2,8 @@
 
 A month is the operator's (settings.TIME_ZONE): charges never straddle a local
 midnight (pricing cuts them there), so each belongs to the month it starts in.
-An invoice has one line per instance and rate kind, and one per reservation booked
+An invoice has one line per instance and rate kind, one per dedicated-host lease and
+rate kind (its per-second charges, gpurental/baremetal/), and one per reservation booked
 in the month (paid at booking: its price less what was refunded by the time the
 draft is made; a refund after the invoice is issued goes to the balance). Each
 line's amount is rounded once, and the total is the sum of the rounded lines, so
@@ -25,6 +26,7 @@ from django.utils import timezone
 
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
+from gpurental.baremetal.selectors import lease_invoice_lines
 from gpurental.billing import pricing
 from gpurental.billing.exceptions import BillingError
 from gpurental.billing.models import (
@@ -66,6 +68,7 @@ def invoice_generate(*, user: User, year: int, month: int, now: datetime | None 
         if invoice.status == InvoiceStatus.DRAFT:
             rows = list(_charge_groups(Charge.objects.filter(user=user), start, end))
             booked = _reservation_lines(start, end, user_ids=[user.pk]).get(user.pk, [])
+            booked += lease_invoice_lines(start, end, user_ids=[user.pk]).get(user.pk, [])
             _write_lines(invoice, _lines(rows, _instances(rows)) + booked)
     return invoice
 
@@ -81,6 +84,8 @@ def invoices_generate(*, year: int, month: int, now: datetime | None = None) -> 
     instances = _instances(rows)
     by_user = {user_id: list(group) for user_id, group in itertools.groupby(rows, _user_of)}
     booked = _reservation_lines(start, end)
+    for user_id, lines in lease_invoice_lines(start, end).items():  # dedicated hosts
+        booked[user_id].extend(lines)
     for user_id in booked:
         by_user.setdefault(user_id, [])
     written = 0
