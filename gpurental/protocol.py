@@ -83,7 +83,11 @@ REMOVE = "gpurental.agent.instance_remove"
 # The host acceptance benchmark (gpurental/acceptance): run id, image, the host's GPUs,
 # sizes and iperf3 peers in; ACCEPTANCE_REPORT's "started", "finished" or "failed" out.
 ACCEPTANCE_RUN = "gpurental.agent.acceptance_run"
-AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN)
+# The host's shared Hugging Face cache (gpurental/modelcache): {"action": "fill", "source",
+# "repo_id"} | {"action": "evict", "repo_id"} | {"action": "list"}, with a request_id;
+# MODELCACHE_REPORT's kinds out. "source" names a file in the agent's import directory.
+MODELCACHE = "gpurental.agent.modelcache"
+AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE)
 
 SPEC_VERSION = 3
 # Every field of a version-3 start spec (version 1 carried a host path to mount; version 2
@@ -147,7 +151,16 @@ HEARTBEAT = "gpurental.fleet.tasks.host_heartbeat"
 INSTANCE_REPORT = "gpurental.rentals.tasks.instance_report"
 TELEMETRY = "gpurental.telemetry.tasks.telemetry_record"
 ACCEPTANCE_REPORT = "gpurental.acceptance.tasks.acceptance_report"
-CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY, ACCEPTANCE_REPORT)
+MODELCACHE_REPORT = "gpurental.modelcache.tasks.modelcache_report"
+CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY, ACCEPTANCE_REPORT, MODELCACHE_REPORT)
+# What a model cache report may say, and the data each kind carries. Every request ends
+# with a "listing": what the cache holds now, which the control plane's catalog follows.
+MODELCACHE_KINDS = {
+    "filled": ("request_id", "repos"),
+    "evicted": ("request_id", "repo_id", "found"),
+    "failed": ("request_id", "repo_id", "reason"),
+    "listing": ("request_id", "repos"),
+}
 # What an acceptance report may say, and the data each kind carries.
 ACCEPTANCE_KINDS = {
     "started": (),

@@ -135,6 +135,7 @@ INSTALLED_APPS = [
     "gpurental.notifications",
     "gpurental.baremetal",
     "gpurental.acceptance",
+    "gpurental.modelcache",
 ]
 
 MIDDLEWARE = [

@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         bind_address=config.bind_address,
         holdings=holdings,
         hf_cache_dir=config.hf_cache_dir,
+        model_import_dir=config.model_import_dir,
         disk_interval=config.disk_interval,
     )
     set_agent(agent)

@@ -49,6 +49,7 @@ class AgentConfig:
     sample_interval: float = 1.0
     telemetry_batch_interval: float = 60.0
     hf_cache_dir: str = ""  # the host's shared Hugging Face cache, mounted read-only on request
+    model_import_dir: str = ""  # model cache fills read only from here (agent/modelcache.py)
     disk_interval: float = 60.0  # seconds between measurements of the workspaces
     debug: bool = False  # DEBUG=1: the process runtime may stand in for a missing Docker
 
@@ -114,6 +115,10 @@ class AgentConfig:
             sample_interval=_positive(env, "GPURENTAL_SAMPLE_INTERVAL", "1"),
             telemetry_batch_interval=_positive(env, "GPURENTAL_TELEMETRY_BATCH_INTERVAL", "60"),
             hf_cache_dir=env.get("GPURENTAL_HF_CACHE_DIR", ""),
+            model_import_dir=env.get(
+                "GPURENTAL_MODEL_IMPORT_DIR",
+                os.path.join(env.get("GPURENTAL_AGENT_DIR", f"var/agent-{name}"), "model-imports"),
+            ),
             disk_interval=_positive(env, "GPURENTAL_DISK_CHECK_INTERVAL", "60"),
             debug=env.get("DEBUG", "").lower() in {"1", "true", "yes", "on"},
         )

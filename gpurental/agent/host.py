@@ -51,6 +51,7 @@ class HostAgent:
         bind_address: str,
         holdings: Holdings | None = None,
         hf_cache_dir: str = "",
+        model_import_dir: str = "",
         disk_interval: float = 60.0,
     ):
         self.runtime = runtime
@@ -59,6 +60,7 @@ class HostAgent:
         self.bind_address = bind_address
         # Host paths come from the agent's own configuration, never from a message.
         self.hf_cache_dir = hf_cache_dir
+        self.model_import_dir = model_import_dir  # where model cache fills read from
         # Which GPUs each running instance holds, for the sampler (telemetry only).
         self.holdings = holdings if holdings is not None else Holdings()
         self._state_lock = threading.Lock()

@@ -76,6 +76,11 @@ class ControlReporter:
             protocol.ACCEPTANCE_REPORT, run_id=run_id, kind=kind, data=data, sent_at=time.time()
         )
 
+    def modelcache(self, kind: str, **data) -> None:
+        """What became of a model cache request (``protocol.MODELCACHE_KINDS``)."""
+        log.info("model cache: %s %s", kind, {k: v for k, v in data.items() if k != "repos"})
+        self._send(protocol.MODELCACHE_REPORT, kind=kind, data=data, sent_at=time.time())
+
     def telemetry(self, minutes: list[dict], simulated: bool) -> None:
         """Finished per-minute GPU aggregates (see ``sampler.MinuteAggregator``)."""
         # Still worth writing when late (history, paid vs used), but not after hours.

@@ -104,3 +104,12 @@ def _register(app: Celery) -> None:
             from gpurental.agent.acceptance import acceptance_run as run
 
             run(_current(), payload)
+
+    # The shared Hugging Face cache: fill, evict, list (agent/modelcache.py). Not retried:
+    # the outcome is reported either way, and the operator asks again.
+    @app.task(name=protocol.MODELCACHE, time_limit=3 * 3600, soft_time_limit=3 * 3600 - 60)
+    def modelcache(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            from gpurental.agent.modelcache import modelcache_command
+
+            modelcache_command(_current(), payload)
