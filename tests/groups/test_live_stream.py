@@ -8,15 +8,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 
 from gpurental.groups.services import group_apply, group_tick
 from gpurental.telemetry.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
-from gpurental.telemetry.routing import websocket_urlpatterns
 from tests.groups.surfaces import SPEC, a10, group_catalog, serving_echo
+from tests.websockets import watch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,31 +23,10 @@ def group(alice, a10, serving_echo, group_catalog, make_host, sent):
     return group_apply(user=alice, source=SPEC).group
 
 
-def _watch(user, path, *, then=None, frames=1):
-    """Connect as ``user``: (False, close code), or (True, [snapshot, frames after ``then``])."""
-
-    async def session():
-        communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
-        communicator.scope["user"] = user
-        connected, code = await communicator.connect()
-        if not connected:
-            await communicator.wait(timeout=0.5)
-            return False, code
-        messages = [await communicator.receive_json_from(timeout=5)]
-        if then is not None:
-            await database_sync_to_async(then)()
-            for _ in range(frames):
-                messages.append(await communicator.receive_json_from(timeout=5))
-        await communicator.disconnect()
-        return True, messages
-
-    return async_to_sync(session)()
-
-
 def test_the_owner_gets_the_snapshot_then_each_tick_as_it_is_recorded(alice, group):
     group_tick(group_id=group.pk)  # one sample already recorded before the page opens
 
-    connected, (snapshot, frame) = _watch(
+    connected, (snapshot, frame) = watch(
         alice, f"/ws/groups/{group.pk}/", then=lambda: group_tick(group_id=group.pk)
     )
 
@@ -66,7 +41,7 @@ def test_the_owner_gets_the_snapshot_then_each_tick_as_it_is_recorded(alice, gro
 
 
 def test_a_tick_that_scales_sends_its_event(alice, group):
-    connected, (snapshot, frame) = _watch(
+    connected, (snapshot, frame) = watch(
         alice, f"/ws/groups/{group.pk}/", then=lambda: group_tick(group_id=group.pk)
     )
     assert snapshot["samples"] == [] and snapshot["replicas"] == []
@@ -76,17 +51,17 @@ def test_a_tick_that_scales_sends_its_event(alice, group):
 
 
 def test_staff_may_watch_any_group(carol, group):
-    connected, messages = _watch(carol, f"/ws/groups/{group.pk}/")
+    connected, messages = watch(carol, f"/ws/groups/{group.pk}/")
     assert connected and messages[0]["type"] == "snapshot"
 
 
 def test_another_customer_is_refused_like_for_a_missing_group(bob, group):
-    assert _watch(bob, f"/ws/groups/{group.pk}/") == (False, CLOSE_NOT_FOUND)
-    assert _watch(bob, f"/ws/groups/{uuid.uuid4()}/") == (False, CLOSE_NOT_FOUND)
-    assert _watch(bob, "/ws/groups/not-a-uuid/") == (False, CLOSE_NOT_FOUND)
+    assert watch(bob, f"/ws/groups/{group.pk}/") == (False, CLOSE_NOT_FOUND)
+    assert watch(bob, f"/ws/groups/{uuid.uuid4()}/") == (False, CLOSE_NOT_FOUND)
+    assert watch(bob, "/ws/groups/not-a-uuid/") == (False, CLOSE_NOT_FOUND)
 
 
 def test_anonymous_viewers_are_refused(group):
     from django.contrib.auth.models import AnonymousUser
 
-    assert _watch(AnonymousUser(), f"/ws/groups/{group.pk}/") == (False, CLOSE_UNAUTHENTICATED)
+    assert watch(AnonymousUser(), f"/ws/groups/{group.pk}/") == (False, CLOSE_UNAUTHENTICATED)

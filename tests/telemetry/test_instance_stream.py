@@ -3,13 +3,10 @@
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.telemetry.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
-from gpurental.telemetry.routing import websocket_urlpatterns
+from tests.websockets import watch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,27 +19,7 @@ def instance(alice, a100, make_host, image, sent):
 
 def _run(user, path, *, then=None):
     """Connect as ``user``; returns (connected, close code or first messages)."""
-
-    async def session():
-        communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
-        communicator.scope["user"] = user
-        connected, code = await communicator.connect()
-        if not connected:
-            # Let the refused consumer finish inside this loop; leaving it to the loop's
-            # shutdown can hang on the channel layer's pending receive.
-            await communicator.wait(timeout=0.5)
-            return False, code
-        messages = [await communicator.receive_json_from(timeout=5)]
-        if then is not None:
-            from channels.db import database_sync_to_async
-
-            await database_sync_to_async(then)()
-            messages.append(await communicator.receive_json_from(timeout=5))
-            messages.append(await communicator.receive_json_from(timeout=5))
-        await communicator.disconnect()
-        return True, messages
-
-    return async_to_sync(session)()
+    return watch(user, path, then=then, frames=2)
 
 
 def test_owner_gets_a_snapshot_then_live_events(alice, instance):
