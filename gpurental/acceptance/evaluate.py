@@ -90,7 +90,7 @@ def figures_evaluate(
         reported = figures.get(key)
         want = nominal.get(field)
         if want is not None and per_cpu_core and key in GEMM_KEYS:
-            want = round(want * cores, 4)
+            want = want * cores
         if not isinstance(reported, dict):
             rows.append(_row(key, label, unit, nominal=want, note="not reported by the benchmark"))
         elif "not_applicable" in reported:

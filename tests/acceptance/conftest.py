@@ -1,24 +1,13 @@
+import shutil
+import socket
+import subprocess
+import time
+
 import pytest
-from celery import Celery
 
 from gpurental.acceptance.models import NominalSpec
 from gpurental.fleet.models import HostStatus
-
-
-class CapturingApp:
-    """Stands in for the agent's Celery app: keeps what it would publish."""
-
-    def __init__(self):
-        self.sent: list[dict] = []
-        self.conf = Celery("capturing", broker="redis://").conf
-
-    def send_task(self, name, kwargs=None, queue=None, **options):
-        self.sent.append({"name": name, "queue": queue, "kwargs": kwargs or {}})
-
-
-@pytest.fixture
-def capturing_app():
-    return CapturingApp()
+from tests.agent.conftest import skip_unless_ci
 
 
 @pytest.fixture
@@ -32,3 +21,28 @@ def joining_host(make_host, a100):
 def cpu_nominal(db):
     """The CPU nominal as the data migration seeded it; tests set the figures they need."""
     return NominalSpec.objects.get(is_cpu=True)
+
+
+@pytest.fixture
+def iperf3_server():
+    """A peer's ``iperf3 -s`` (Debian's iperf3), on loopback, for one test."""
+    if shutil.which("iperf3") is None:
+        skip_unless_ci("iperf3 is not installed: apt-get install -y iperf3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(  # noqa: S603
+        ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],  # noqa: S607
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield port
+    server.terminate()
+    server.wait(timeout=10)

@@ -5,6 +5,7 @@ test_acceptance_docker.py, in a real container)."""
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from gpurental import protocol
@@ -67,7 +68,7 @@ def test_request_sends_the_agent_a_signed_run_with_the_hosts_gpus(requested, sen
     assert message["task"] == "acceptance_run" and message["queue"] == f"host.{host.name}"
     assert message["run_id"] == str(run.id)
     assert message["gpu_indices"] == list(range(8))
-    assert message["image"] == "gpurental/pytorch:2.13.0-cpu"  # simulated GPUs: the CPU image
+    assert message["image"] == settings.ACCEPTANCE_IMAGE_CPU  # simulated GPUs: the CPU image
     assert message["smoke"] is True
     host.refresh_from_db()
     assert host.status == HostStatus.ACCEPTANCE
@@ -169,7 +170,7 @@ def test_a_report_for_another_hosts_run_is_refused(requested, make_host, a100):
 def test_gpu_host_whose_benchmark_saw_no_gpu_is_held(make_host, a100, sent):
     host = make_host("gpu-1", a100, count=2, status=HostStatus.ACCEPTANCE, gpu_source="nvml")
     run = acceptance_run_request(host=host, reason=RunReason.JOIN, now=timezone.now())
-    assert run.image == "gpurental/pytorch:2.13.0-cuda"
+    assert run.image == settings.ACCEPTANCE_IMAGE_GPU
     acceptance_report_receive(
         message=report(host, run, "finished", result=cpu_result(), network=[]),
         now=timezone.now(),
