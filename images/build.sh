@@ -5,6 +5,8 @@
 #   2. var/images/wheels/jupyter  JupyterLab wheels, downloaded here with pip
 #   3. gpurental/jupyter-cpu:latest  docker build FROM the base, pip --no-index
 #   4. gpurental/serving-echo:latest elastic groups' echo server FROM the base (stdlib only)
+#   5. var/images/wheels/pytorch-<torch>-<variant>  torch, transformers, JupyterLab wheels
+#   6. gpurental/pytorch:<torch>-cpu (default) or, with CUDA=1, gpurental/pytorch:<torch>-cuda
 #
 # Every step is cached and skipped when its inputs are unchanged, so a second run
 # takes seconds. Inputs are hashed and the hash is stored as the image label
@@ -14,6 +16,11 @@
 #   DEBIAN_MIRROR   debootstrap mirror (default http://deb.debian.org/debian)
 #   PYTHON          Python whose pip downloads the wheels (default: python3)
 #   FORCE=1         rebuild everything, ignoring the caches
+#   CUDA=1          build the CUDA variant of gpurental/pytorch instead of the CPU one
+#   TORCH_VERSION   torch release of gpurental/pytorch (default 2.13.0)
+#   TORCH_INDEX_URL where torch's wheel comes from when pip's own sources lack it
+#                   (default for CPU: https://download.pytorch.org/whl/cpu; for CUDA: none,
+#                   PyPI's Linux torch wheels are the CUDA ones)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +36,11 @@ BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,
 JUPYTER_TAG=gpurental/jupyter-cpu:latest
 SERVING_TAG=gpurental/serving-echo:latest
 WHEELS="$CACHE/wheels/jupyter"
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+CUDA=${CUDA:-0}
+if [ "$CUDA" = 1 ]; then VARIANT=cuda; else VARIANT=cpu; fi
+PYTORCH_TAG=gpurental/pytorch:$TORCH_VERSION-$VARIANT
+PT_WHEELS="$CACHE/wheels/pytorch-$TORCH_VERSION-$VARIANT"
 # Wheels are chosen for the image's Python (Debian 12: CPython 3.11, glibc 2.36),
 # not for the machine that runs this script.
 PIP_TARGET=(--python-version 3.11 --implementation cp --abi cp311
@@ -210,6 +222,116 @@ build_serving() {
     docker image prune --force --filter label=gpurental.image >/dev/null
 }
 
+# --- 5. pytorch wheels -----------------------------------------------------
+
+# The torch requirement of the variant. The CPU wheels carry a "+cpu" local version; a
+# plain "torch==X" would match them too (and pip prefers them where a wheel directory has
+# them), so the CUDA build asks for exactly "X" with "===", which no local version matches.
+torch_requirement() {
+    if [ "$VARIANT" = cpu ]; then echo "torch==$TORCH_VERSION+cpu"; else echo "torch===$TORCH_VERSION"; fi
+}
+
+pt_wheels_inputs_hash() {
+    { cat "$IMAGES/pytorch/requirements.txt"; torch_requirement; printf '%s\n' "${PIP_TARGET[@]}"; } | hash_of
+}
+
+pip_download_into() {  # dest requirements-file [pip options…]
+    local dest=$1 reqs=$2
+    shift 2
+    "$PYTHON" -m pip download --quiet --no-cache-dir --dest "$dest" "${PIP_TARGET[@]}" "$@" \
+        -r "$reqs" 2> >(grep -v "is ignored: it is neither" >&2)
+}
+
+download_pytorch_wheels() {
+    local want reqs wheel index
+    want=$(pt_wheels_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(cat "$PT_WHEELS/.inputs" 2>/dev/null)" = "$want" ]; then
+        say "pytorch wheels: up to date ($(find "$PT_WHEELS" -name '*.whl' | wc -l) wheels)"
+        return
+    fi
+    "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip; set PYTHON to a Python with pip"
+    rm -rf "$PT_WHEELS"
+    mkdir -p "$PT_WHEELS"
+    reqs="$PT_WHEELS/requirements.txt"
+    { cat "$IMAGES/pytorch/requirements.txt"; torch_requirement; } >"$reqs"
+    say "pytorch wheels: pip download $(torch_requirement), transformers, JupyterLab (cp311)…"
+    if [ -n "${TORCH_INDEX_URL:-}" ]; then
+        pip_download_into "$PT_WHEELS" "$reqs" --extra-index-url "$TORCH_INDEX_URL" \
+            || die "pip download failed with TORCH_INDEX_URL=$TORCH_INDEX_URL"
+    elif ! pip_download_into "$PT_WHEELS" "$reqs"; then
+        # pip's own sources (an index, find-links) first: a mirror or a local wheel
+        # directory is the usual case on sites without a registry.
+        [ "$VARIANT" = cpu ] || die "pip download failed (is a package index reachable?)"
+        index=https://download.pytorch.org/whl/cpu
+        say "pytorch wheels: $(torch_requirement) not found; trying $index"
+        pip_download_into "$PT_WHEELS" "$reqs" --extra-index-url "$index" \
+            || die "pip download failed; set TORCH_INDEX_URL to an index with $(torch_requirement)"
+    fi
+    wheel=$(find "$PT_WHEELS" -name "torch-$TORCH_VERSION*.whl" | head -n1)
+    [ -n "$wheel" ] || die "no torch $TORCH_VERSION wheel was downloaded"
+    case "$VARIANT:$(basename "$wheel")" in
+        cuda:*+cpu*) die "pip found only the CPU wheel $(basename "$wheel") for a CUDA build; set TORCH_INDEX_URL to an index with the CUDA wheels" ;;
+    esac
+    cuda_version_of "$wheel" >"$PT_WHEELS/.cuda"
+    echo "$want" >"$PT_WHEELS/.inputs"
+    say "pytorch wheels: $(find "$PT_WHEELS" -name '*.whl' | wc -l) wheels, $(du -sh "$PT_WHEELS" | cut -f1)"
+}
+
+# The CUDA release torch's wheel was built against, from its dependencies (cuda-toolkit==13.0.3
+# or nvidia-cuda-runtime-cu12==12.8.90): "13.0", "12.8"; empty for a CPU wheel.
+cuda_version_of() {
+    "$PYTHON" - "$1" <<'PY'
+import re, sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+text = wheel.read(meta).decode()
+m = re.search(r"^Requires-Dist: (?:cuda-toolkit\S*|nvidia-cuda-runtime\S*)\s*==\s*(\d+)\.(\d+)", text, re.M)
+print(f"{m.group(1)}.{m.group(2)}" if m else "")
+PY
+}
+
+# --- 6. pytorch -------------------------------------------------------------
+
+# jupyter-cpu's files that every instance image shares: entrypoint, server config, gateway
+# extension, Hugging Face cache seeder.
+SHARED_FILES=(start.sh jupyter_server_config.py gpurental_gateway_ext.py hf_cache_seed.py)
+
+pytorch_inputs_hash() {
+    {
+        docker image inspect --format '{{.Id}}' "$BASE_TAG"
+        cat "$PT_WHEELS/.inputs"
+        echo "$VARIANT $TORCH_VERSION"
+        find "$IMAGES/pytorch" -type f -print0 | sort -z | xargs -0 sha256sum | cut -c1-64
+        for f in "${SHARED_FILES[@]}"; do sha256sum "$IMAGES/jupyter-cpu/$f" | cut -c1-64; done
+    } | hash_of
+}
+
+build_pytorch() {
+    local want ctx log="$CACHE/pytorch-$VARIANT-build.log"
+    want=$(pytorch_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(image_label "$PYTORCH_TAG" gpurental.inputs)" = "$want" ]; then
+        say "pytorch: $PYTORCH_TAG is up to date"
+        return
+    fi
+    ctx="$CACHE/context/pytorch-$VARIANT"
+    rm -rf "$ctx"
+    mkdir -p "$ctx"
+    cp -a "$IMAGES/pytorch/." "$ctx/"
+    for f in "${SHARED_FILES[@]}"; do cp -a "$IMAGES/jupyter-cpu/$f" "$ctx/"; done
+    cp "$PT_WHEELS/requirements.txt" "$ctx/requirements.txt"
+    mkdir -p "$ctx/wheels"
+    cp -al "$PT_WHEELS"/*.whl "$ctx/wheels/" 2>/dev/null || cp -a "$PT_WHEELS"/*.whl "$ctx/wheels/"
+    say "pytorch: docker build → $PYTORCH_TAG (a few minutes the first time)"
+    docker build --label "gpurental.inputs=$want" \
+        --build-arg "VARIANT=$VARIANT" --build-arg "TORCH_VERSION=$TORCH_VERSION" \
+        --build-arg "CUDA_VERSION=$(cat "$PT_WHEELS/.cuda")" \
+        -t "$PYTORCH_TAG" "$ctx" >"$log" 2>&1 \
+        || { tail -n 30 "$log" >&2; die "docker build failed; log: $log"; }
+    rm -rf "$ctx/wheels"  # hard links or a copy of ~0.3–3 GB: the wheel cache keeps them
+    docker image prune --force --filter label=gpurental.image >/dev/null
+    say "pytorch: $(docker image inspect --format '{{.Size}}' "$PYTORCH_TAG" | awk '{printf "%.0f MB", $1/1e6}')"
+}
+
 timed() {
     local t0=$SECONDS
     "$@"
@@ -224,7 +346,9 @@ main() {
     timed download_wheels
     timed build_jupyter
     timed build_serving
-    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG"
+    timed download_pytorch_wheels
+    timed build_pytorch
+    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG, $PYTORCH_TAG"
 }
 
 main "$@"

@@ -67,5 +67,10 @@ setenv_line() {
 if [ -n "${GPURENTAL_SSH_PORT:-}" ]; then
     start_sshd
 fi
+# The host's shared Hugging Face cache is mounted read-only (GPURENTAL_HF_SHARED); HF_HOME
+# is the instance's own: lay links to the shared files into it (hf_cache_seed.py).
+if [ -n "${GPURENTAL_HF_SHARED:-}" ] && [ -x /usr/local/bin/gpurental-hf-seed ]; then
+    /usr/local/bin/gpurental-hf-seed || true
+fi
 unset GPURENTAL_SSH_HOST_KEY GPURENTAL_SSH_AUTHORIZED_KEYS GPURENTAL_SSH_PORT
 exec "$@"
