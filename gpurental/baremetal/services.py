@@ -428,15 +428,17 @@ def _lease_meter(
     return charges
 
 
-def lease_meter(*, lease: Lease, now: datetime | None = None) -> list[LeaseCharge]:
-    """Charge one lease up to now; running it twice charges once (the watermark, and
-    the unique (lease, period_start) constraint behind it)."""
+def lease_meter(
+    *, lease: Lease, now: datetime | None = None, until: datetime | None = None
+) -> list[LeaseCharge]:
+    """Charge one lease up to ``until`` (default now, to the second); running it twice
+    charges once (the watermark, and the unique (lease, period_start) constraint)."""
     now = now or timezone.now()
     with transaction.atomic():
         locked = _lock(lease, skip_locked=True)
         if locked is None or locked.status not in (L.ACTIVE, L.ENDED):
             return []
-        return _lease_meter(locked, now=now)
+        return _lease_meter(locked, now=now, until=until)
 
 
 # --- the clock ------------------------------------------------------------------
@@ -464,7 +466,10 @@ def leases_tick(*, now: datetime | None = None) -> dict[str, int]:
         (
             "charges",
             Lease.objects.filter(status=L.ACTIVE),
-            lambda lease: len(lease_meter(lease=lease, now=now)),
+            # Closed minutes, as the instance meter: one ledger debit per minute at most.
+            lambda lease: len(
+                lease_meter(lease=lease, now=now, until=now.replace(second=0, microsecond=0))
+            ),
         ),
     ]
     for name, queryset, step in steps:

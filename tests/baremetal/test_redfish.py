@@ -148,3 +148,33 @@ def test_a_password_stored_under_another_key_is_reported_not_leaked(settings):
     settings.BMC_SECRET_KEY = "another-key-entirely"
     with pytest.raises(secrets.SecretUnreadable, match="enter it again"):
         secrets.decrypt(token)
+
+
+def test_the_admin_stores_the_bmc_password_encrypted_and_never_in_the_audit_log(
+    client, carol, leasable
+):
+    from gpurental.accounts.models import AuditEvent
+
+    host = leasable("node1", last_heartbeat_at=datetime.now(UTC))
+    row = BareMetalHost.objects.get(host=host)
+    client.force_login(carol)
+    response = client.post(
+        f"/admin/baremetal/baremetalhost/{row.pk}/change/",
+        {
+            "host": host.pk,
+            "leasable": "on",
+            "bmc_url": "https://10.0.0.5",
+            "bmc_username": USER,
+            "bmc_password": PASSWORD,
+            "bmc_system_id": "",
+            "bmc_verify_tls": "on",
+        },
+    )
+    assert response.status_code == 302, response.content[:2000]
+    row.refresh_from_db()
+    assert secrets.decrypt(row.bmc_password_encrypted) == PASSWORD
+    assert PASSWORD not in row.bmc_password_encrypted
+    logged = list(AuditEvent.objects.values_list("changes", flat=True))
+    assert logged and all(PASSWORD not in str(changes) for changes in logged)
+    page = client.get(f"/admin/baremetal/baremetalhost/{row.pk}/change/").content.decode()
+    assert PASSWORD not in page and row.bmc_password_encrypted not in page
