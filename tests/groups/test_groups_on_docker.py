@@ -275,3 +275,27 @@ def test_the_quota_blocks_a_scale_out_and_the_replicas_it_allows_serve(make_grou
     assert blocked and "quota" in blocked[0], blocked
     assert len(replicas(group, group_role="serving")) == 1
     assert endpoint.infer(ms=10).status_code == 200
+
+
+def test_a_group_serves_the_real_model_through_its_endpoint(make_group, docker_client):
+    try:
+        docker_client.images.get("gpurental/serving-embed:latest")
+    except Exception:  # noqa: BLE001
+        pytest.fail("gpurental/serving-embed:latest is not built; run `make images`")
+    ImageTemplateFactory(
+        slug="serving-embed", image="gpurental/serving-embed:latest", port=8000, http_ports=[8000]
+    )
+    group, endpoint, _ = make_group(name="embeddings", image="serving-embed", min_nodes=1)
+    # Running means the model has loaded (the image answers the readiness check only then).
+    wait_for(lambda: len(replicas(group, status="running")) == 1, 120, "a replica with the model")
+    answer = requests.post(
+        f"{endpoint.url}/embed",
+        json={"texts": ["GPU rental by the second", "renting GPUs per second"]},
+        headers={"Host": endpoint.host, "Authorization": f"Bearer {endpoint.key}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["model"], body["dims"]) == ("all-MiniLM-L6-v2", 384)
+    first, second = body["vectors"]
+    assert sum(a * b for a, b in zip(first, second, strict=True)) > 0.6
