@@ -447,6 +447,10 @@ BILLING_MIN_PREPAID_MINUTES = env_int("BILLING_MIN_PREPAID_MINUTES", 10)
 BILLING_LOW_BALANCE_HOURS = env_int("BILLING_LOW_BALANCE_HOURS", 24)
 BILLING_METER_INTERVAL = env_int("BILLING_METER_INTERVAL", 60)  # seconds
 BILLING_ISSUER = os.environ.get("BILLING_ISSUER", "gpurental")  # seller's name on invoices
+# Invoice PDFs: a TrueType font with Latin and CJK glyphs (Debian's fonts-wqy-zenhei);
+# INVOICE_FONT_INDEX picks the face inside a .ttc collection.
+INVOICE_FONT = os.environ.get("INVOICE_FONT", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc")
+INVOICE_FONT_INDEX = env_int("INVOICE_FONT_INDEX", 0)
 # Paying in: PAYMENT_PROVIDER is stripe (Stripe Checkout, credited from its signed
 # webhook at /billing/webhooks/stripe/) or none. Without both Stripe secrets the console
 # says top-up is not available. STRIPE_API_BASE points the library at another API server.

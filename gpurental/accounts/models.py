@@ -42,6 +42,9 @@ class User(AbstractBaseUser, PermissionsMixin):
     email = models.EmailField(unique=True)
     full_name = models.CharField(max_length=150, blank=True)
     company = models.CharField(max_length=150, blank=True)
+    billing_address = models.TextField(
+        max_length=500, blank=True, help_text="Postal address printed on invoices (any script)."
+    )
     is_staff = models.BooleanField(default=False, help_text="Can use the back-office.")
     is_active = models.BooleanField(default=True)
     date_joined = models.DateTimeField(default=timezone.now)

@@ -1,18 +1,32 @@
 """Invoice documents: CSV and PDF, made from an invoice and its lines only.
 
-The PDF is written by hand (no dependency): A4 pages of text in the standard
-Helvetica fonts with WinAnsi (cp1252) encoding, which every PDF reader has built
-in. Invoices are short tables; this is all they need.
+The PDF is drawn with reportlab in one TrueType font that has both Latin and CJK
+glyphs (``INVOICE_FONT``: WenQuanYi Zen Hei from Debian's ``fonts-wqy-zenhei`` by
+default), embedded as a subset with its Unicode map, so that a Chinese company name or
+address prints and can be searched and copied. Noto Sans CJK (``fonts-noto-cjk``) is
+not the default because its outlines are PostScript (CFF), which reportlab's TTFont
+refuses ("postscript outlines are not supported"); any TrueType-outline font works.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from decimal import Decimal
+from functools import cache
+from pathlib import Path
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from reportlab.lib.pagesizes import A4
+from reportlab.lib.utils import simpleSplit
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.ttfonts import TTFError, TTFont
+from reportlab.pdfgen.canvas import Canvas
+
+from gpurental.accounts.models import User
 from gpurental.billing.models import Invoice, InvoiceLine
 
 CSV_HEADER = [
@@ -87,31 +101,94 @@ def _number(invoice: Invoice) -> str:
 
 # --- PDF ------------------------------------------------------------------------
 
-PAGE_WIDTH, PAGE_HEIGHT = 595, 842  # A4 in points
+PAGE_WIDTH, PAGE_HEIGHT = A4  # 595.27 × 841.89 points
 MARGIN = 56
 ROWS_PER_PAGE = 38
-# Advance widths (1/1000 em) of what right-aligned figures are made of, from the
-# standard Helvetica metrics.
-_FIGURE_WIDTHS = {**dict.fromkeys("0123456789", 556), ".": 278, ",": 278, "-": 333, " ": 278}
+BILL_TO_X = 330
+BILL_TO_MAX_LINES = 8
+FONT_NAME = "InvoiceSans"
+FONT_PACKAGE = "fonts-wqy-zenhei"
 
 
-@dataclass
-class _Text:
-    x: float
-    y: float
-    text: str
-    bold: bool = False
-    size: float = 10
-    right: bool = False  # x is the right edge
+@cache
+def invoice_font() -> str:
+    """Register the invoice font with reportlab once per process; a clear error if the
+    file is missing or not a TrueType font (the package to install is named)."""
+    path = Path(settings.INVOICE_FONT)
+    if not path.is_file():
+        raise ImproperlyConfigured(
+            f"INVOICE_FONT {path} does not exist: invoices need a TrueType font with CJK "
+            f"glyphs. Install Debian's {FONT_PACKAGE} (apt-get install {FONT_PACKAGE}) or "
+            "point INVOICE_FONT at another TrueType (not CFF/OpenType-PS) font file."
+        )
+    try:
+        font = TTFont(FONT_NAME, str(path), subfontIndex=settings.INVOICE_FONT_INDEX)
+    except TTFError as exc:
+        raise ImproperlyConfigured(
+            f"INVOICE_FONT {path} cannot be embedded ({exc}). Use a TrueType font such as "
+            f"Debian's {FONT_PACKAGE} (/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc)."
+        ) from exc
+    pdfmetrics.registerFont(font)
+    return FONT_NAME
 
 
-def _width(text: str, size: float) -> float:
-    return sum(_FIGURE_WIDTHS.get(ch, 556) for ch in text) * size / 1000
+def bill_to_lines(user: User) -> list[str]:
+    """Who the invoice is for, one item per line: name (or e-mail), company, the postal
+    address as typed, and the e-mail. Snapshotted on the invoice when it is issued."""
+    lines = [user.full_name or user.email, user.company]
+    lines += user.billing_address.splitlines()
+    lines.append(user.email)
+    return [line.strip() for line in lines if line and line.strip()]
 
 
-def _escape(text: str) -> bytes:
-    raw = text.encode("cp1252", errors="replace")
-    return raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
+def _bill_to(invoice: Invoice) -> list[str]:
+    # Issued invoices print what was true on the day; drafts (and invoices issued before
+    # the snapshot existed) read the profile.
+    return invoice.bill_to.splitlines() if invoice.bill_to else bill_to_lines(invoice.user)
+
+
+def _wrap(text: str, width: float, size: float) -> list[str]:
+    """Lines no wider than ``width``: broken at spaces where there are some, and between
+    characters where there are none (Chinese is written without spaces)."""
+    out = []
+    for line in simpleSplit(text, FONT_NAME, size, width):
+        while pdfmetrics.stringWidth(line, FONT_NAME, size) > width:
+            cut = len(line) - 1
+            while cut > 1 and pdfmetrics.stringWidth(line[:cut], FONT_NAME, size) > width:
+                cut -= 1
+            out.append(line[:cut])
+            line = line[cut:]
+        out.append(line)
+    return out
+
+
+def _fit(text: str, width: float, size: float) -> str:
+    """The text, cut with an ellipsis to fit ``width`` points (CJK glyphs are wide)."""
+    if pdfmetrics.stringWidth(text, FONT_NAME, size) <= width:
+        return text
+    while text and pdfmetrics.stringWidth(text + "…", FONT_NAME, size) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+class _Page:
+    """Text on a canvas in the invoice font; bold is the same glyphs filled and stroked
+    (the CJK font has one weight)."""
+
+    def __init__(self, canvas: Canvas):
+        self.canvas = canvas
+
+    def text(self, x, y, text, *, size=10.0, bold=False, right=False):
+        c = self.canvas
+        if right:
+            x -= pdfmetrics.stringWidth(text, FONT_NAME, size)
+        t = c.beginText(x, y)
+        t.setFont(FONT_NAME, size)
+        if bold:
+            c.setLineWidth(size / 30)
+            t.setTextRenderMode(2)
+        t.textOut(text)
+        c.drawText(t)
 
 
 def invoice_pdf(
@@ -121,112 +198,67 @@ def invoice_pdf(
     issuer: str,
     voucher_applied: Decimal | None = None,
 ) -> bytes:
+    invoice_font()
     title = "Credit note" if invoice.kind == Invoice.Kind.CREDIT_NOTE else "Invoice"
-    customer = invoice.user
-    head = [
-        _Text(MARGIN, 780, issuer, bold=True, size=16),
-        _Text(MARGIN, 750, f"{title} {_number(invoice)}", bold=True, size=13),
-        _Text(
+    out = io.BytesIO()
+    canvas = Canvas(out, pagesize=A4, pageCompression=1, invariant=1)
+    canvas.setTitle(f"{title} {_number(invoice)}")
+    canvas.setAuthor(issuer)
+    page = _Page(canvas)
+    amount_x, hours_x = PAGE_WIDTH - MARGIN, PAGE_WIDTH - MARGIN - 90
+    description_width = hours_x - 70 - MARGIN
+
+    width = PAGE_WIDTH - MARGIN - BILL_TO_X
+    bill_to = [part for item in _bill_to(invoice) for part in _wrap(item, width, 10)][
+        :BILL_TO_MAX_LINES
+    ]
+    # A long address moves the table down; the first page then holds fewer rows.
+    first_top = min(650, 718 - 14 * len(bill_to) - 12)
+    first_rows = ROWS_PER_PAGE - math.ceil((650 - first_top) / 14)
+
+    def first_page_head() -> None:
+        page.text(MARGIN, 780, _fit(issuer, PAGE_WIDTH - 2 * MARGIN, 16), bold=True, size=16)
+        page.text(MARGIN, 750, f"{title} {_number(invoice)}", bold=True, size=13)
+        page.text(
             MARGIN,
             732,
             f"Period: {invoice.period_start:%Y-%m-%d} to {invoice.period_end:%Y-%m-%d} (exclusive)",
-        ),
-        _Text(
-            MARGIN,
-            718,
-            f"Issued: {invoice.issued_at:%Y-%m-%d}" if invoice.issued_at else "Draft: not issued",
-        ),
-        _Text(MARGIN, 704, f"Status: {invoice.get_status_display()}"),
-        _Text(330, 732, "Bill to:", bold=True),
-        _Text(330, 718, customer.full_name or customer.email),
-        _Text(330, 704, customer.company or ""),
-        _Text(330, 690, customer.email),
-    ]
-    if invoice.corrects_id:
-        head.append(_Text(MARGIN, 690, f"Corrects invoice {invoice.corrects.number}"))
-    amount_x, hours_x = PAGE_WIDTH - MARGIN, PAGE_WIDTH - MARGIN - 90
+        )
+        issued = f"Issued: {invoice.issued_at:%Y-%m-%d}" if invoice.issued_at else None
+        page.text(MARGIN, 718, issued or "Draft: not issued")
+        page.text(MARGIN, 704, f"Status: {invoice.get_status_display()}")
+        if invoice.corrects_id:
+            page.text(MARGIN, 690, f"Corrects invoice {invoice.corrects.number}")
+        page.text(BILL_TO_X, 732, "Bill to:", bold=True)
+        for n, item in enumerate(bill_to):
+            page.text(BILL_TO_X, 718 - 14 * n, item)
 
-    def table_head(y: float) -> list[_Text]:
-        return [
-            _Text(MARGIN, y, "Description", bold=True),
-            _Text(hours_x, y, "GPU-hours", bold=True, right=True),
-            _Text(amount_x, y, f"Amount ({invoice.currency})", bold=True, right=True),
-        ]
+    def table_head(y: float) -> None:
+        page.text(MARGIN, y, "Description", bold=True)
+        page.text(hours_x, y, "GPU-hours", bold=True, right=True)
+        page.text(amount_x, y, f"Amount ({invoice.currency})", bold=True, right=True)
 
-    pages: list[list[_Text]] = []
-    chunks = [lines[i : i + ROWS_PER_PAGE] for i in range(0, len(lines), ROWS_PER_PAGE)] or [[]]
+    rest = lines[first_rows:]
+    chunks = [lines[:first_rows]]
+    chunks += [rest[i : i + ROWS_PER_PAGE] for i in range(0, len(rest), ROWS_PER_PAGE)]
     for number, chunk in enumerate(chunks, start=1):
-        top = 650 if number == 1 else 780
-        page = (head if number == 1 else []) + table_head(top)
+        if number == 1:
+            first_page_head()
+        top = first_top if number == 1 else 780
+        table_head(top)
         y = top - 18
         for line in chunk:
-            page += [
-                _Text(MARGIN, y, _clip(line.description, 68)),
-                _Text(hours_x, y, f"{line.gpu_hours:,.4f}", right=True),
-                _Text(amount_x, y, f"{line.amount:,.2f}", right=True),
-            ]
+            page.text(MARGIN, y, _fit(line.description, description_width, 10))
+            page.text(hours_x, y, f"{line.gpu_hours:,.4f}", right=True)
+            page.text(amount_x, y, f"{line.amount:,.2f}", right=True)
             y -= 14
         if number == len(chunks):
-            page += [
-                _Text(MARGIN, y - 10, "Total", bold=True, size=11),
-                _Text(amount_x, y - 10, f"{invoice.total:,.2f}", bold=True, size=11, right=True),
-            ]
+            page.text(MARGIN, y - 10, "Total", bold=True, size=11)
+            page.text(amount_x, y - 10, f"{invoice.total:,.2f}", bold=True, size=11, right=True)
             if voucher_applied:
-                page += [
-                    _Text(MARGIN, y - 26, "Voucher credit applied (paid from vouchers)"),
-                    _Text(amount_x, y - 26, f"{voucher_applied:,.2f}", right=True),
-                ]
-        page.append(
-            _Text(MARGIN, 40, f"{_number(invoice)}, page {number} of {len(chunks)}", size=8)
-        )
-        pages.append(page)
-    return _pdf(pages)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _content(texts: list[_Text]) -> bytes:
-    out = []
-    for t in texts:
-        x = t.x - _width(t.text, t.size) if t.right else t.x
-        font = b"/F2" if t.bold else b"/F1"
-        out.append(
-            b"BT %s %.1f Tf %.2f %.2f Td (%s) Tj ET" % (font, t.size, x, t.y, _escape(t.text))
-        )
-    return b"\n".join(out)
-
-
-def _pdf(pages: list[list[_Text]]) -> bytes:
-    """Objects: 1 catalog, 2 page tree, 3–4 fonts, then a page and its content per page."""
-    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /%s /Encoding /WinAnsiEncoding >>"
-    objects: list[bytes] = [b"", b"", font % b"Helvetica", font % b"Helvetica-Bold"]
-    kids = []
-    for texts in pages:
-        stream = _content(texts)
-        page_id, content_id = len(objects) + 1, len(objects) + 2
-        kids.append(b"%d 0 R" % page_id)
-        objects.append(
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] "
-            b"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents %d 0 R >>"
-            % (PAGE_WIDTH, PAGE_HEIGHT, content_id)
-        )
-        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
-    objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
-
-    body = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, obj in enumerate(objects, start=1):
-        offsets.append(len(body))
-        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
-    xref = len(body)
-    body += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        body += b"%010d 00000 n \n" % offset
-    body += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(body)
+                page.text(MARGIN, y - 26, "Voucher credit applied (paid from vouchers)")
+                page.text(amount_x, y - 26, f"{voucher_applied:,.2f}", right=True)
+        page.text(MARGIN, 40, f"{_number(invoice)}, page {number} of {len(chunks)}", size=8)
+        canvas.showPage()
+    canvas.save()
+    return out.getvalue()

@@ -145,6 +145,11 @@ class Invoice(models.Model):
     corrects = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="credit_notes"
     )
+    bill_to = models.TextField(
+        blank=True,
+        help_text="The customer's name, company, address and e-mail, one per line, as they "
+        "were when the invoice was issued (empty on drafts: the profile is read instead).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     issued_at = models.DateTimeField(null=True, blank=True)
     paid_at = models.DateTimeField(null=True, blank=True)

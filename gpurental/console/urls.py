@@ -67,6 +67,7 @@ urlpatterns = [
     path("credit/", views_billing_self.credit, name="billing_credit"),
     path("credit/top-up/", views_billing_self.credit_topup, name="billing_credit_topup"),
     path("credit/redeem/", views_billing_self.credit_redeem, name="billing_credit_redeem"),
+    path("credit/details/", views_billing_self.credit_details, name="billing_credit_details"),
     path(
         "credit/payments/<uuid:payment_id>/",
         views_billing_self.payment_receipt,

@@ -1,5 +1,6 @@
 """The console's credit page: the balance (voucher credit apart), "Add credit" (to the
-provider's checkout page), "Redeem a voucher", the payment history, and receipts."""
+provider's checkout page), "Redeem a voucher", the payment history, receipts, and the
+billing details invoices are made out to."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_POST
 from gpurental.billing.models import Payment, VoucherRedemption
 from gpurental.billing.payments import PaymentUnavailable, unavailable_reason
 from gpurental.billing.selectors import balance_of
+from gpurental.billing.services.details import billing_details_update
 from gpurental.billing.services.payments import PaymentRefused, payment_start
 from gpurental.billing.services.vouchers import (
     VoucherRefused,
@@ -37,7 +39,36 @@ class RedeemForm(forms.Form):
     code = forms.CharField(max_length=64, help_text="As printed on the voucher; any case")
 
 
-def _context(request, *, topup=None, redeem=None) -> dict:
+class BillingDetailsForm(forms.Form):
+    full_name = forms.CharField(max_length=150, required=False, label="Name")
+    company = forms.CharField(max_length=150, required=False)
+    billing_address = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Address",
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 48}),
+        help_text="As it should appear on invoices, any script (e.g. 北京市海淀区…); "
+        "at most 6 lines",
+    )
+
+    def clean_billing_address(self):
+        address = self.cleaned_data["billing_address"]
+        if len([line for line in address.splitlines() if line.strip()]) > 6:
+            raise forms.ValidationError("at most 6 lines")
+        return address
+
+
+def _details_form(user) -> BillingDetailsForm:
+    return BillingDetailsForm(
+        initial={
+            "full_name": user.full_name,
+            "company": user.company,
+            "billing_address": user.billing_address,
+        }
+    )
+
+
+def _context(request, *, topup=None, redeem=None, details=None) -> dict:
     now = timezone.now()
     credits, _ = voucher_waterfall(user=request.user, now=now)
     return {
@@ -50,6 +81,7 @@ def _context(request, *, topup=None, redeem=None) -> dict:
         ),
         "topup_form": topup or TopUpForm(),
         "redeem_form": redeem or RedeemForm(),
+        "details_form": details or _details_form(request.user),
         "topup_unavailable": unavailable_reason(),
         "currency": settings.BILLING_CURRENCY,
         "checkout": request.GET.get("checkout", ""),
@@ -102,6 +134,19 @@ def credit_redeem(request):
                 messages.info(request, f"You redeemed voucher {r.voucher.code} before.")
             return redirect("billing_credit")
     return render(request, "billing/credit.html", _context(request, redeem=form), status=400)
+
+
+@login_required
+@require_POST
+def credit_details(request):
+    form = BillingDetailsForm(request.POST)
+    if form.is_valid():
+        billing_details_update(
+            user=request.user, ip=request.META.get("REMOTE_ADDR"), **form.cleaned_data
+        )
+        messages.success(request, "Billing details saved; the next invoices show them.")
+        return redirect("billing_credit")
+    return render(request, "billing/credit.html", _context(request, details=form), status=400)
 
 
 @login_required

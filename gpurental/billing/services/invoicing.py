@@ -28,6 +28,7 @@ from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.baremetal.selectors import lease_invoice_lines
 from gpurental.billing import pricing
+from gpurental.billing.documents import bill_to_lines
 from gpurental.billing.exceptions import BillingError
 from gpurental.billing.models import (
     Charge,
@@ -282,7 +283,10 @@ def invoice_issue(
         invoice.total = invoice.lines.aggregate(total=Sum("amount"))["total"] or Decimal("0.00")
         invoice.status = InvoiceStatus.ISSUED
         invoice.issued_at = now
-        invoice.save(update_fields=["number", "total", "status", "issued_at"])
+        # Who it is billed to, frozen with the rest: a later change of company name or
+        # address does not rewrite an issued invoice.
+        invoice.bill_to = "\n".join(bill_to_lines(invoice.user))
+        invoice.save(update_fields=["number", "total", "status", "issued_at", "bill_to"])
         audit_record(
             action="invoice.issue",
             actor=actor,
