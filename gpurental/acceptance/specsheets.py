@@ -24,6 +24,18 @@ GPU_SPECS: dict[str, dict] = {
         "source": "NVIDIA H100 Tensor Core GPU datasheet (SXM5): dense figures; NVLink 4 "
         "900 GB/s both ways; PCIe Gen5 x16",
     },
+    "NVIDIA H200": {
+        "fp32_tflops": 67.0,
+        "tf32_tflops": 494.7,
+        "fp16_tflops": 989.4,
+        "bf16_tflops": 989.4,
+        "memory_bandwidth_gbs": 4800.0,
+        "host_link_gbs": 63.0,
+        "p2p_gbs": 450.0,
+        "allreduce_busbw_gbs": 450.0,
+        "source": "NVIDIA H200 Tensor Core GPU datasheet (SXM): dense figures (half the "
+        "sparse ones); HBM3e 4.8 TB/s; NVLink 4 900 GB/s both ways; PCIe Gen5 x16",
+    },
     "NVIDIA A100-SXM4-80GB": {
         "fp32_tflops": 19.5,
         "tf32_tflops": 156.0,

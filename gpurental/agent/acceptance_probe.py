@@ -170,6 +170,8 @@ def _allreduce_worker(rank: int, world: int, port: int, nbytes: int, iters: int,
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # The benchmark container has no network but loopback, which NCCL passes over by default.
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world)
     tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=f"cuda:{rank}")
