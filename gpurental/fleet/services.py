@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,9 @@ from gpurental.fleet import broker
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
 
 log = logging.getLogger(__name__)
+
+# An HGX board's topology with a dozen NICs is ~3 KB; far more is not a topology.
+TOPOLOGY_MAX_BYTES = 64 * 1024
 
 
 def _hash_token(token: str) -> str:
@@ -183,10 +187,12 @@ def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
     host, beat = host_message_verify(message=message, what="heartbeat", now=now)
     inventory, containers = beat.get("inventory"), beat.get("containers")
     topology = beat.get("topology")
+    if not isinstance(topology, dict) or len(json.dumps(topology)) > TOPOLOGY_MAX_BYTES:
+        topology = None  # a host is less trusted than the control plane: bounded, or not kept
     return host_heartbeat_record(
         host=host,
         inventory=None if inventory is None else list(inventory),
-        topology=topology if isinstance(topology, dict) else None,
+        topology=topology,
         containers=None if containers is None else dict(containers),
         containers_listed_at=beat.get("containers_listed_at"),
         workspaces=beat.get("workspaces"),
