@@ -396,4 +396,12 @@ main() {
     say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG, $PYTORCH_TAG, $EMBED_TAG"
 }
 
+# `images/build.sh tags`: every tag this script builds (both PyTorch variants), one a
+# line, building nothing: what the catalog's image templates may name (tests hold them to it).
+if [ "${1:-}" = tags ]; then
+    printf '%s\n' "$BASE_TAG" "$JUPYTER_TAG" "$SERVING_TAG" \
+        "gpurental/pytorch:$TORCH_VERSION-cpu" "gpurental/pytorch:$TORCH_VERSION-cuda"
+    exit 0
+fi
+
 main "$@"

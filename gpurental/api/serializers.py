@@ -13,8 +13,10 @@ from rest_framework import serializers
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.catalog.selectors import ResolvedImage, image_names_offered, image_resolve
 from gpurental.gateway import routes
 from gpurental.gateway.sshroutes import ssh_access
+from gpurental.modelcache.selectors import host_has_model
 from gpurental.rentals.models import (
     Instance,
     InstanceEvent,
@@ -134,10 +136,16 @@ class PlanSerializer(serializers.ModelSerializer):
 
 class ImageSerializer(serializers.ModelSerializer):
     slug = _slug()
+    aliases = serializers.SlugRelatedField(
+        slug_field="name",
+        many=True,
+        read_only=True,
+        help_text="Other names a launch may use for this image (pytorch-2.1)",
+    )
 
     class Meta:
         model = ImageTemplate
-        fields = ["slug", "name", "description", "port"]
+        fields = ["slug", "name", "description", "port", "aliases"]
 
 
 # --- instances ----------------------------------------------------------------
@@ -163,6 +171,14 @@ class InstanceSerializer(serializers.ModelSerializer):
     plan = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     image = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    image_alias = serializers.CharField(
+        read_only=True, help_text="The alias the launch named the image by (pytorch-2.1), or ''"
+    )
+    hf_model = serializers.CharField(read_only=True, help_text="Model asked for at launch, or ''")
+    hf_model_cached = serializers.SerializerMethodField(
+        help_text="Whether the host's shared cache has hf_model (else it downloads into the "
+        "instance's own cache on first use); null without a model"
+    )
     gpu_indices = serializers.SerializerMethodField(help_text="GPUs held now, on the host")
     jupyter_url = serializers.SerializerMethodField(
         help_text="JupyterLab at the instance's own origin (no token): only for the owner, "
@@ -184,6 +200,9 @@ class InstanceSerializer(serializers.ModelSerializer):
             "gpu_count",
             "plan",
             "image",
+            "image_alias",
+            "hf_model",
+            "hf_model_cached",
             "host",
             "gpu_indices",
             "created_at",
@@ -199,6 +218,12 @@ class InstanceSerializer(serializers.ModelSerializer):
                 "help_text": "Stopped (never deleted) after this many idle minutes; 0 = off",
             }
         }
+
+    @extend_schema_field(serializers.BooleanField(allow_null=True))
+    def get_hf_model_cached(self, obj: Instance) -> bool | None:
+        if not obj.hf_model or obj.host_id is None:
+            return None
+        return host_has_model(host=obj.host_id, repo_id=obj.hf_model)
 
     def get_gpu_indices(self, obj: Instance) -> list[int]:
         # Prefetched by the view as ``held_allocations``: the open-ended allocations,
@@ -332,15 +357,18 @@ def gpu_model_named(value: str) -> GPUModel:
     )
 
 
-def _image_named(value: str) -> ImageTemplate:
-    image = ImageTemplate.objects.filter(slug=value).first()
-    if image is None:
-        offered = ImageTemplate.objects.filter(is_active=True).order_by("slug")
+def _image_resolved(value: str) -> ResolvedImage:
+    """The template a slug or an alias names (``catalog.selectors.image_resolve``)."""
+    resolved = image_resolve(value)
+    if resolved is None:
         raise serializers.ValidationError(
-            f"unknown image {value!r}; choose one of: "
-            + _choices(offered.values_list("slug", flat=True))
+            f"unknown image {value!r}; choose one of: {_choices(image_names_offered())}"
         )
-    return image
+    return resolved
+
+
+def _image_named(value: str) -> ImageTemplate:
+    return _image_resolved(value).template
 
 
 class GpuChoiceSerializer(serializers.Serializer):
@@ -397,8 +425,17 @@ class GpuChoiceSerializer(serializers.Serializer):
 class InstanceCreateSerializer(GpuChoiceSerializer):
     """Either ``plan``, or ``gpu_model`` (+ ``gpu_count``); and an ``image``."""
 
-    image = serializers.CharField(max_length=64, help_text="Image slug")
+    image = serializers.CharField(
+        max_length=64, help_text="Image slug, or an alias of one (pytorch-2.1)"
+    )
     name = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
+    model = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=96,
+        help_text="A Hugging Face model in the hosts' shared caches (org/name): hosts that "
+        "have it are preferred; elsewhere it downloads into the instance's own cache",
+    )
     model_repo = serializers.ChoiceField(
         choices=MODEL_REPOS,
         required=False,
@@ -414,14 +451,16 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
         help_text="Stop after this many idle minutes (0 = never); default: the plan's",
     )
 
-    def validate_image(self, value: str) -> ImageTemplate:
-        return _image_named(value)
+    def validate_image(self, value: str) -> ResolvedImage:
+        return _image_resolved(value)
 
     def launch_kwargs(self) -> dict:
         data = self.validated_data
         return {
             **self.plan_kwargs(),
-            "image": data["image"],
+            "image": data["image"].template,
+            "image_alias": data["image"].alias,
+            "hf_model": data.get("model", "").strip(),
             "name": data.get("name", ""),
             "mount_model_cache": data.get("model_repo") == "huggingface",
             "idle_stop_minutes": data.get("idle_stop_minutes"),

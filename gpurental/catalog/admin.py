@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from gpurental.accounts.admin_mixins import AuditedAdmin
-from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.catalog.models import GPUModel, ImageAlias, ImageTemplate, Plan
 
 
 @admin.register(GPUModel)
@@ -38,9 +38,20 @@ class PlanAdmin(AuditedAdmin):
     prepopulated_fields = {"slug": ["name"]}
 
 
+class ImageAliasInline(admin.TabularInline):
+    model = ImageAlias
+    extra = 0
+    fields = ["name", "note"]
+
+
 @admin.register(ImageTemplate)
 class ImageTemplateAdmin(AuditedAdmin):
-    list_display = ["name", "slug", "image", "cpu_image", "port", "is_active"]
+    inlines = [ImageAliasInline]
+    list_display = ["name", "slug", "image", "cpu_image", "port", "alias_names", "is_active"]
     list_filter = ["is_active"]
     search_fields = ["name", "slug", "image"]
     prepopulated_fields = {"slug": ["name"]}
+
+    @admin.display(description="aliases")
+    def alias_names(self, obj: ImageTemplate) -> str:
+        return ", ".join(a.name for a in obj.aliases.all())

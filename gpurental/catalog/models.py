@@ -184,3 +184,40 @@ class ImageTemplate(models.Model):
 
     def image_for(self, gpu_source: str) -> str:
         return self.cpu_image if gpu_source == "simulated" and self.cpu_image else self.image
+
+
+class ImageAlias(models.Model):
+    """Another name launches may use for an image template: an old framework name kept
+    working ("pytorch-2.1", from the article's snippet) after the image moved on. A launch
+    by alias runs the template, and the alias is shown beside it."""
+
+    name = models.CharField(
+        max_length=50,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9][a-z0-9._-]*$",
+                "lowercase letters, digits, dots, hyphens and underscores, starting with a letter or digit",
+            )
+        ],
+        help_text="What framework= / image= may say instead of the template's slug",
+    )
+    template = models.ForeignKey(ImageTemplate, on_delete=models.CASCADE, related_name="aliases")
+    note = models.CharField(
+        max_length=200, blank=True, help_text="Shown to customers, e.g. why the alias exists"
+    )
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "image aliases"
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.template.slug}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        # A slug always wins over an alias (catalog.selectors.image_resolve); an alias equal
+        # to a slug would never be used, so refuse it rather than let it mislead.
+        if ImageTemplate.objects.filter(slug=self.name).exists():
+            raise ValidationError({"name": f"{self.name!r} is an image template's slug already"})

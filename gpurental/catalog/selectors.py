@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from gpurental.catalog.models import GPUModel, Plan
+from gpurental.catalog.models import GPUModel, ImageAlias, ImageTemplate, Plan
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,29 @@ def catalog_rows(*, interconnect: str = "", min_vram: str = "", q: str = "") -> 
         free = sum(len(h.free) for h in free_gpus(gpu_model=model, now=now))
         rows.append(CatalogRow(model, model.gpus_total, free, single))
     return rows
+
+
+@dataclass(frozen=True)
+class ResolvedImage:
+    template: ImageTemplate
+    alias: str  # the name asked for when it was an alias; "" for the template's own slug
+
+
+def image_resolve(name: str) -> ResolvedImage | None:
+    """The image template a launch's framework= / image= names: by slug first, then by
+    alias (``ImageAlias``); None when neither matches."""
+    template = ImageTemplate.objects.filter(slug=name).first()
+    if template is not None:
+        return ResolvedImage(template, "")
+    alias = ImageAlias.objects.select_related("template").filter(name=name).first()
+    if alias is not None:
+        return ResolvedImage(alias.template, alias.name)
+    return None
+
+
+def image_names_offered() -> list[str]:
+    """Every name a launch may use for an active image: slugs, then aliases."""
+    active = ImageTemplate.objects.filter(is_active=True)
+    slugs = sorted(active.values_list("slug", flat=True))
+    aliases = sorted(ImageAlias.objects.filter(template__in=active).values_list("name", flat=True))
+    return slugs + aliases

@@ -136,6 +136,7 @@ class Client(GroupsMixin, PaymentsMixin):
         gpu_type: str | None = None,
         framework: str,
         model_repo: str | None = None,
+        model: str | None = None,
         gpu_count: int = 1,
         plan: str | None = None,
         name: str | None = None,
@@ -146,7 +147,12 @@ class Client(GroupsMixin, PaymentsMixin):
         ``gpu_type`` is a GPU model's short name or slug ("A10G") and ``gpu_count`` how
         many; or ``plan`` names a plan, which fixes both. ``framework`` is an image
         template's slug ("pytorch-2.1"). ``model_repo="huggingface"`` mounts the host's
-        shared Hugging Face cache. ``idle_stop_minutes`` stops it after that many idle
+        shared Hugging Face cache. ``model`` ("sentence-transformers/all-MiniLM-L6-v2")
+        asks for a model from the hosts' shared caches: hosts that have it come first
+        (``instance.raw["hf_model_cached"]`` says whether this one does; else it downloads
+        into the instance's own cache). An alias such as "pytorch-2.1" names the image it
+        stands for; ``instance.raw["image_alias"]`` shows it.
+        ``idle_stop_minutes`` stops it after that many idle
         minutes (0: never; default: the plan's).
         """
         if plan and gpu_type:
@@ -165,6 +171,8 @@ class Client(GroupsMixin, PaymentsMixin):
             body["name"] = name
         if model_repo:
             body["model_repo"] = model_repo
+        if model:
+            body["model"] = model
         if idle_stop_minutes is not None:
             body["idle_stop_minutes"] = idle_stop_minutes
         return self._instance(self._request("POST", "instances/", json_body=body))

@@ -16,7 +16,7 @@ from django.db import transaction
 from gpurental.accounts.models import User
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.services import credit_add
-from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+from gpurental.catalog.models import GPUModel, ImageAlias, ImageTemplate, Interconnect, Plan
 from gpurental.fleet.models import GPUSource, Host
 from gpurental.fleet.services import (
     host_create,
@@ -104,11 +104,16 @@ IMAGES = [
         "ssh_port": 2222,  # its entrypoint's sshd (images/jupyter-cpu/start.sh)
     },
     {
-        "slug": "pytorch-2.1",
-        "name": "PyTorch 2.1 + CUDA 12.1 + JupyterLab",
-        "image": "gpurental/pytorch-cuda:2.1",
-        "cpu_image": "gpurental/jupyter-cpu:latest",
-        "description": "For NVIDIA hosts; simulated hosts run the CPU JupyterLab image instead.",
+        # Both built by images/build.sh: `make images` (CPU), `CUDA=1 make images` (CUDA).
+        "slug": "pytorch-2.13",
+        "name": "PyTorch 2.13 + CUDA 13.0 + JupyterLab",
+        "image": "gpurental/pytorch:2.13.0-cuda",
+        "cpu_image": "gpurental/pytorch:2.13.0-cpu",
+        "ssh_port": 2222,
+        "description": "torch 2.13.0 (CUDA 13.0 wheels on NVIDIA hosts, CPU wheels on "
+        "simulated ones), transformers 5.18.0, JupyterLab 4.6.6 on Debian 12.",
+        # The article's framework="pytorch-2.1" launches this image.
+        "aliases": {"pytorch-2.1": "the article's framework name; runs PyTorch 2.13"},
     },
     {
         "slug": "serving-echo",
@@ -202,7 +207,12 @@ def seed_demo(*, agent_env: Path | None = None) -> SeedResult:
 
     for spec in IMAGES:
         spec = dict(spec)
-        ImageTemplate.objects.update_or_create(slug=spec.pop("slug"), defaults=spec)
+        aliases = spec.pop("aliases", {})
+        template, _ = ImageTemplate.objects.update_or_create(slug=spec.pop("slug"), defaults=spec)
+        for alias, note in aliases.items():
+            ImageAlias.objects.update_or_create(
+                name=alias, defaults={"template": template, "note": note}
+            )
 
     token = None
     host = Host.objects.filter(name="local").first()

@@ -8,6 +8,8 @@ from django.utils import timezone
 
 from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.catalog.selectors import image_resolve
+from gpurental.modelcache.selectors import models_offered
 
 
 class SignupForm(forms.Form):
@@ -42,6 +44,12 @@ class SignupForm(forms.Form):
         return data
 
 
+class ImageChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: ImageTemplate) -> str:
+        aliases = ", ".join(a.name for a in obj.aliases.all())
+        return f"{obj.name} (also: {aliases})" if aliases else obj.name
+
+
 class LaunchForm(forms.Form):
     gpu_model = forms.ModelChoiceField(
         queryset=GPUModel.objects.filter(plans__is_active=True).distinct(),
@@ -52,12 +60,26 @@ class LaunchForm(forms.Form):
     gpu_count = forms.TypedChoiceField(
         coerce=int, choices=[(n, n) for n in (1, 2, 4, 8)], initial=1, label="GPUs"
     )
-    image = forms.ModelChoiceField(
-        queryset=ImageTemplate.objects.filter(is_active=True),
+    image = ImageChoiceField(
+        queryset=ImageTemplate.objects.filter(is_active=True).prefetch_related("aliases"),
         to_field_name="slug",
         empty_label=None,
     )
+    model = forms.ChoiceField(
+        required=False,
+        label="Model",
+        help_text="Optional: a Hugging Face model from the hosts' shared caches; hosts that "
+        "have it are chosen first",
+    )
     name = forms.CharField(max_length=100, required=False, help_text="Optional, to recognise it by")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["model"].choices = [("", "none")] + [(m, m) for m in models_offered()]
+        # ?image=pytorch-2.1 (an alias) preselects the image it names.
+        resolved = image_resolve(str(self.initial.get("image", "")))
+        if resolved is not None:
+            self.initial["image"] = resolved.template.slug
 
     def clean(self):
         data = super().clean()

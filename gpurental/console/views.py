@@ -116,6 +116,7 @@ def launch(request):
                 gpu_model=data["gpu_model"],
                 gpu_count=data["gpu_count"],
                 name=data["name"],
+                hf_model=data.get("model", ""),
             )
         except RentalError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)

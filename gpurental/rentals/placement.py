@@ -2,6 +2,8 @@
 
 Pure functions over plain data, so the rules are testable with numbers alone.
 The rules, in order:
+0. hosts that have what the launch prefers (a model in their shared cache) before the
+   others, each group in the order of the rules below;
 1. all N GPUs on one host;
 2. NVLink-connected sets first (every pair of the set are NVLink peers);
 3. best fit: the host with the fewest free GPUs left over, to keep whole hosts
@@ -104,6 +106,28 @@ def proposals(hosts: Iterable[HostFree], count: int) -> Iterator[Proposal]:
     return ordered_proposals(fitting, fitting, count)
 
 
-def propose(hosts: Iterable[HostFree], count: int) -> list[Proposal]:
+def preferred_first(
+    preferred: Iterable[Proposal], others: Iterable[Proposal]
+) -> Iterator[Proposal]:
+    """Rule 0: every proposal on a preferred host before any other, each group in its own
+    order. Both may be lazy streams; ``others`` is read only once ``preferred`` runs out."""
+    yield from preferred
+    yield from others
+
+
+def proposals_preferring(
+    hosts: Iterable[HostFree], count: int, preferred: frozenset[int]
+) -> Iterator[Proposal]:
+    """``proposals``, with the hosts whose id is in ``preferred`` first (rule 0)."""
+    hosts = list(hosts)
+    return preferred_first(
+        proposals([h for h in hosts if h.host_id in preferred], count),
+        proposals([h for h in hosts if h.host_id not in preferred], count),
+    )
+
+
+def propose(
+    hosts: Iterable[HostFree], count: int, preferred: frozenset[int] = frozenset()
+) -> list[Proposal]:
     """Every GPU set, on every host that can take ``count`` GPUs, best first."""
-    return list(proposals(hosts, count))
+    return list(proposals_preferring(hosts, count, preferred))

@@ -223,7 +223,9 @@ def test_hf_cache_is_mounted_read_only(make_spec, tmp_path):
     assert hf["Source"] == str(tmp_path)
     assert hf["ReadOnly"] is True
     assert hf["Type"] == "bind"
-    assert kwargs["environment"]["HF_HOME"] == "/models/huggingface"
+    # HF_HOME is the instance's own, writable; the entrypoint links the shared files into it.
+    assert kwargs["environment"]["HF_HOME"] == "/workspace/.cache/huggingface"
+    assert kwargs["environment"]["GPURENTAL_HF_SHARED"] == "/models/huggingface"
 
 
 def test_agents_sharing_an_engine_see_only_their_own_instances(docker_runtime, make_spec, cleanup):

@@ -75,7 +75,13 @@ def test_images(as_alice, image):
     ImageTemplate.objects.create(slug="old", name="Old", image="old:1", is_active=False)
     response = as_alice.get("/api/v1/images/")
     assert response.json()["results"] == [
-        {"slug": "jupyter-cpu", "name": "JupyterLab", "description": "", "port": 8888}
+        {
+            "slug": "jupyter-cpu",
+            "name": "JupyterLab",
+            "description": "",
+            "port": 8888,
+            "aliases": [],
+        }
     ]
     assert as_alice.get("/api/v1/images/jupyter-cpu/").json()["port"] == 8888
 

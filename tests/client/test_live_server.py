@@ -53,7 +53,8 @@ def test_the_articles_snippet_runs_as_written(
     import requests
 
     container = docker_client.containers.get(f"gpurental-{instance.id}")
-    assert "HF_HOME=/models/huggingface" in container.attrs["Config"]["Env"]
+    assert "HF_HOME=/workspace/.cache/huggingface" in container.attrs["Config"]["Env"]
+    assert "GPURENTAL_HF_SHARED=/models/huggingface" in container.attrs["Config"]["Env"]
     mount = next(m for m in container.attrs["Mounts"] if m["Destination"] == "/models/huggingface")
     assert mount["Source"] == str(cache) and mount["RW"] is False
 

@@ -41,6 +41,7 @@ from .base import (
 
 WORKSPACE = "/workspace"
 HF_CACHE_MOUNT = "/models/huggingface"
+HF_HOME = f"{WORKSPACE}/.cache/huggingface"
 LOG_MAX_SIZE, LOG_MAX_FILES = "10m", 3  # at most 30 MB of logs per container
 _GONE_STATES = ("exited", "dead")
 # A stopped container that may be started again as it is ("dead" ones may not).
@@ -68,7 +69,11 @@ def instance_labels(instance_id: str, host_name: str = "") -> dict[str, str]:
 def container_environment(spec: ContainerSpec) -> dict[str, str]:
     env = dict(spec.env)
     if spec.hf_cache_dir:
-        env["HF_HOME"] = HF_CACHE_MOUNT
+        # The shared cache is read-only; HF_HOME is the instance's own (on its workspace
+        # volume, so downloads and `hf auth login` persist and count against its disk). The
+        # image's entrypoint links the shared files into it (images/jupyter-cpu/hf_cache_seed.py).
+        env["HF_HOME"] = HF_HOME
+        env["GPURENTAL_HF_SHARED"] = HF_CACHE_MOUNT
     # Set last so that a template's env can never override them.
     env["JUPYTER_TOKEN"] = spec.token
     if spec.ssh_port:

@@ -96,6 +96,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             gpu_type=args.gpu,
             framework=args.image,
             model_repo=args.model_repo,
+            model=args.model,
             gpu_count=args.count or 1,
             plan=args.plan,
             name=args.name,
@@ -235,6 +236,11 @@ def add_commands(command: AddCommand) -> None:
     p.add_argument("--name", help="a name to tell instances apart")
     p.add_argument(
         "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"
+    )
+    p.add_argument(
+        "--model",
+        metavar="ORG/NAME",
+        help="a Hugging Face model from the hosts' shared caches (hosts with it first)",
     )
     p.add_argument(
         "--idle-stop",

@@ -30,7 +30,7 @@ from gpurental.fleet.models import GPU, Host
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import Allocation, Instance, Reservation
-from gpurental.rentals.placement import HostFree, Proposal, ordered_proposals
+from gpurental.rentals.placement import HostFree, Proposal, ordered_proposals, preferred_first
 
 ROUNDS = 5
 FIRST_PAGE = 8  # hosts; each further page is PAGE_GROWTH times larger
@@ -190,18 +190,34 @@ def _hold(
 
 
 def gpus_allocate(
-    *, instance: Instance, gpu_model: GPUModel, count: int, now: datetime, host: Host | None = None
+    *,
+    instance: Instance,
+    gpu_model: GPUModel,
+    count: int,
+    now: datetime,
+    host: Host | None = None,
+    prefer=None,
 ) -> Proposal:
-    """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity."""
+    """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity.
+
+    ``prefer``: ids of hosts to try first (a subquery: those with the launch's model in
+    their cache), each group in the usual order (``placement.preferred_first``)."""
     hosts = [host] if host is not None else selectors.schedulable_hosts(now=now)
     period = selectors.from_now(now)
-    proposal = _hold(
-        lambda paged, seen: _candidates(
-            gpu_model=gpu_model, count=count, period=period, hosts=hosts, paged=paged, seen=seen
-        ),
-        {"instance": instance},
-        period,
-    )
+
+    def candidates(paged, seen):
+        def among(group):
+            return _candidates(
+                gpu_model=gpu_model, count=count, period=period, hosts=group, paged=paged, seen=seen
+            )
+
+        if prefer is None or host is not None:
+            return among(hosts)
+        return preferred_first(
+            among(hosts.filter(pk__in=prefer)), among(hosts.exclude(pk__in=prefer))
+        )
+
+    proposal = _hold(candidates, {"instance": instance}, period)
     if proposal is None:
         raise NoCapacity(
             _no_capacity_message(gpu_model=gpu_model, count=count, now=now, host=host),

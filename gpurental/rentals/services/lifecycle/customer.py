@@ -15,6 +15,7 @@ from gpurental.billing.services import metering, prepaid
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import GPU, Host
 from gpurental.gateway import sshkeys
+from gpurental.modelcache.selectors import host_has_model, hosts_with_model, models_offered
 from gpurental.rentals import hostcalls, selectors
 from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
 from gpurental.rentals.models import Allocation, Instance, InstanceEvent, Reservation
@@ -66,6 +67,8 @@ def instance_launch(
     gpu_count: int | None = None,
     name: str = "",
     mount_model_cache: bool = False,
+    image_alias: str = "",
+    hf_model: str = "",
     idle_stop_minutes: int | None = None,
     group=None,
     group_role: str = "",
@@ -82,6 +85,8 @@ def instance_launch(
         check_idle_minutes(idle_stop_minutes)
     if not image.is_active:
         raise RentalError(f"image {image.slug} is no longer offered", field="image")
+    if hf_model:
+        hf_model = modelcache_launch_check(hf_model)
     with transaction.atomic():
         # One launch at a time per user, so two launches cannot both pass the quota or the
         # balance check.
@@ -103,17 +108,37 @@ def instance_launch(
             group=group,
             group_role=group_role,
             mount_model_cache=mount_model_cache,
+            image_alias=image_alias,
+            hf_model=hf_model,
             idle_stop_minutes=plan.idle_stop_minutes
             if idle_stop_minutes is None
             else idle_stop_minutes,
             created_at=now,
         )
         proposal = gpus_allocate(
-            instance=instance, gpu_model=plan.gpu_model, count=plan.gpu_count, now=now
+            instance=instance,
+            gpu_model=plan.gpu_model,
+            count=plan.gpu_count,
+            now=now,
+            prefer=hosts_with_model(repo_id=hf_model) if hf_model else None,
         )
         instance.host_id = proposal.host_id
         instance.save(update_fields=["host"])
         instance = _lock(instance)
+        model_note = ""
+        if hf_model:
+            # The shared cache is mounted wherever the host has one; a host without the
+            # model still works: it downloads into the instance's own, writable cache.
+            if instance.host.hf_cache_dir and not instance.mount_model_cache:
+                instance.mount_model_cache = mount_model_cache = True
+                instance.save(update_fields=["mount_model_cache"])
+            cached = host_has_model(host=instance.host, repo_id=hf_model)
+            model_note = f"; model {hf_model} " + (
+                "is in this host's cache"
+                if cached
+                else "is not in this host's cache: it downloads into the instance's own cache "
+                "on first use"
+            )
         if mount_model_cache and not instance.host.hf_cache_dir:
             raise RentalError(
                 f"host {instance.host.name} has no shared Hugging Face model cache configured; "
@@ -121,7 +146,12 @@ def instance_launch(
                 field="model_repo",
             )
         gpus = ", ".join(str(g.index) for g in proposal.gpus)
-        _created(instance, reason=f"launched on {instance.host.name}, GPUs {gpus}", actor=user)
+        alias = f" ({image_alias} is an alias of {image.slug})" if image_alias else ""
+        _created(
+            instance,
+            reason=f"launched on {instance.host.name}, GPUs {gpus}{alias}{model_note}",
+            actor=user,
+        )
     return instance
 
 
@@ -486,3 +516,24 @@ def instance_terminate(
             )
             gpus_release(instance=instance, at=now)
     return instance
+
+
+def modelcache_launch_check(repo_id: str) -> str:
+    """A launch's model must be a repository id that some host's shared cache has: an
+    unknown one is refused, naming the models on offer (a typo must not cost a download)."""
+    from gpurental.modelcache.services import CacheRefused, repo_id_check
+
+    try:
+        repo_id = repo_id_check(repo_id, field="model")
+    except CacheRefused as exc:
+        raise RentalError(str(exc), field="model") from exc
+    offered = models_offered()
+    if repo_id not in offered:
+        raise RentalError(
+            f"model {repo_id!r} is in no host's cache; cached models: "
+            + (", ".join(offered) or "none")
+            + ". Launch without model= and download it inside the instance, or ask the "
+            "operator to fill the cache",
+            field="model",
+        )
+    return repo_id
