@@ -140,6 +140,11 @@ class Lease(models.Model):
     )
     host_network = models.BooleanField(default=False)
     billed_until = models.DateTimeField(null=True, blank=True, help_text="Metered up to here")
+    unbilled_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The host fell silent here: not billed until it answers again",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
 

@@ -393,9 +393,32 @@ def _lease_meter(
     lease: Lease, *, now: datetime, until: datetime | None = None
 ) -> list[LeaseCharge]:
     """Charge the lease (locked by the caller) for its closed seconds up to ``until``
-    (default: now, never past its end); one charge per pricing segment."""
+    (default: now, never past its end); one charge per pricing segment.
+
+    A silent host cannot be used, so its silence is not billed, as for instances: while
+    the host is not heart-beating, billing stops at its last heartbeat; once it answers
+    again, billing resumes from then, and the stretch in between is recorded as unbilled.
+    """
     end = min(_second_floor(until or now), lease.end)
     start = max(lease.start, lease.billed_until or lease.start)
+    host = lease.host
+    if not host.heartbeat_fresh(now):
+        beat = host.last_heartbeat_at
+        end = min(end, max(_second_floor(beat) if beat else lease.start, start))
+        if lease.unbilled_since is None:
+            lease.unbilled_since = end
+            Lease.objects.filter(pk=lease.pk).update(unbilled_since=end)
+    elif lease.unbilled_since is not None:
+        back = max(min(_second_floor(now), lease.end), start)
+        LeaseEvent.objects.create(
+            lease=lease,
+            to_status=lease.status,
+            reason=f"host {host.name} was silent from {lease.unbilled_since:%Y-%m-%d %H:%M:%S} "
+            f"to about {back:%H:%M:%S} UTC: that time is not billed",
+            created_at=now,
+        )
+        Lease.objects.filter(pk=lease.pk).update(unbilled_since=None, billed_until=back)
+        lease.unbilled_since, lease.billed_until, start = None, back, back
     if end <= start:
         return []
     tariff = pricing.Tariff.of(lease.plan, operator_zone())

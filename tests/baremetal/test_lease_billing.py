@@ -15,6 +15,7 @@ from gpurental.billing.selectors import balance_of
 from gpurental.billing.services import credit_add
 from gpurental.billing.services.invoicing import invoice_generate
 from gpurental.billing.services.metering import instance_meter, meter_run
+from gpurental.fleet.models import Host
 from gpurental.rentals.models import Allocation, Instance
 
 # 07:59:30 in Berlin (summer, UTC+2): 30 s before the off-peak window (00:00–08:00) closes.
@@ -30,13 +31,18 @@ def exact(rate: str, seconds: int) -> Decimal:
     return Decimal(rate) * seconds / 3600
 
 
+def beat(host, at):
+    Host.objects.filter(pk=host.pk).update(last_heartbeat_at=at)
+
+
 def test_a_lease_started_now_is_billed_per_second_with_the_off_peak_split(
     alice, whole_host_plan, leasable
 ):
-    leasable("node1", last_heartbeat_at=NOW)
+    host = leasable("node1", last_heartbeat_at=NOW)
     lease = services.lease_book(
         user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
     )
+    beat(host, NOW + timedelta(seconds=75))
     charges = services.lease_meter(lease=lease, now=NOW + timedelta(seconds=75, microseconds=9))
     # 30 s off-peak at 14.00/h (30 % off 20.00), then 45 s at the peak 20.00/h; whole seconds.
     assert [(c.rate_kind, (c.period_end - c.period_start).total_seconds()) for c in charges] == [
@@ -54,6 +60,7 @@ def test_a_lease_started_now_is_billed_per_second_with_the_off_peak_split(
     # Ending early: billing stops at the end of the second it ends in, and the host is free
     # from then.
     end = NOW + timedelta(seconds=100, microseconds=500_000)
+    beat(host, end)
     services.lease_end(lease=lease, actor=alice, now=end)
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.ENDED
@@ -76,7 +83,9 @@ def test_a_lease_booked_ahead_pays_the_reserved_rate_off_peak_or_not(
     lease = services.lease_book(
         user=alice, plan=whole_host_plan, start=start, end=start + timedelta(hours=1), now=NOW
     )
+    beat(host, start)
     services.leases_tick(now=start)
+    beat(host, start + timedelta(seconds=90))
     charges = services.lease_meter(lease=lease, now=start + timedelta(seconds=90))
     assert [c.rate_kind for c in charges] == ["reserved"]  # replaces off-peak, as for reservations
     assert charges[0].hourly_rate == Decimal("16.0")  # 20 % off 20.00
@@ -108,10 +117,11 @@ def test_a_lease_needs_credit_for_its_whole_period_when_balance_is_enforced(
 
 
 def test_the_month_s_invoice_has_a_line_per_lease_and_rate_kind(alice, whole_host_plan, leasable):
-    leasable("node1", last_heartbeat_at=NOW)
+    host = leasable("node1", last_heartbeat_at=NOW)
     lease = services.lease_book(
         user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
     )
+    beat(host, NOW + timedelta(minutes=30, seconds=30))
     services.lease_meter(lease=lease, now=NOW + timedelta(minutes=30, seconds=30))
     invoice = invoice_generate(user=alice, year=2026, month=6, now=NOW + timedelta(hours=1))
     lines = {line.rate_kind: line for line in invoice.lines.all()}
@@ -123,3 +133,30 @@ def test_the_month_s_invoice_has_a_line_per_lease_and_rate_kind(alice, whole_hos
     assert lines["peak"].amount == pricing.quantize_money(exact("20", 30 * 60))
     assert lines["peak"].gpu_hours == Decimal("2.0000")  # 30 min × 4 GPUs
     assert invoice.total == lines["off_peak"].amount + lines["peak"].amount
+
+
+def test_a_silent_host_s_time_is_not_billed_and_billing_resumes_when_it_answers(
+    alice, whole_host_plan, leasable, settings
+):
+    host = leasable("node1", last_heartbeat_at=NOW)
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
+    )
+    beat(host, NOW + timedelta(seconds=60))
+    # Silent from +60 s: at +200 s it is past HOST_OFFLINE_AFTER, billed only to its last beat.
+    assert settings.HOST_OFFLINE_AFTER < 140
+    services.lease_meter(lease=lease, now=NOW + timedelta(seconds=200))
+    lease.refresh_from_db()
+    assert lease.billed_until == NOW + timedelta(seconds=60)
+    assert lease.unbilled_since == NOW + timedelta(seconds=60)
+    # Back at +500 s; the meter notices at +510 s and bills from then on.
+    beat(host, NOW + timedelta(seconds=500))
+    assert services.lease_meter(lease=lease, now=NOW + timedelta(seconds=510)) == []
+    beat(host, NOW + timedelta(seconds=600))
+    services.lease_meter(lease=lease, now=NOW + timedelta(seconds=600))
+    lease.refresh_from_db()
+    assert lease.unbilled_since is None and lease.billed_until == NOW + timedelta(seconds=600)
+    billed = sum((c.period_end - c.period_start).total_seconds() for c in LeaseCharge.objects.all())
+    assert billed == 60 + 90  # [0, 60) and [510, 600): the silence in between is free
+    note = lease.events.get(reason__contains="silent")
+    assert "not billed" in note.reason
