@@ -50,6 +50,8 @@ class HostAdmin(AuditedAdmin):
 
     @admin.display(description="GPU topology")
     def topology_matrix(self, host):
+        if host.pk is None:
+            return "Read by the agent when it joins."
         data = host.topology or {}
         gpus = host.gpus.filter(is_enabled=True).select_related("model")
         first = gpus.first()
