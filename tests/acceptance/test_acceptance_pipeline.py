@@ -302,3 +302,16 @@ def test_a_run_with_no_answer_expires_and_holds_the_host(requested):
     assert expired.status == RunStatus.FAILED and "no result within" in expired.error
     host.refresh_from_db()
     assert host.status == HostStatus.HELD
+
+
+def test_a_result_arriving_after_staff_took_the_host_out_leaves_it_out(requested, cpu_nominal):
+    host, run = requested
+    host_set_status(host=host, status=HostStatus.MAINTENANCE, reason="fan replaced")
+    acceptance_report_receive(
+        message=report(host, run, "finished", result=cpu_result(), network=[]),
+        now=timezone.now(),
+    )
+    run.refresh_from_db()
+    host.refresh_from_db()
+    assert run.status in (RunStatus.PASSED, RunStatus.HELD)  # the figures are kept...
+    assert host.status == HostStatus.MAINTENANCE  # ...and staff's decision stands
