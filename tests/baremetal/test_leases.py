@@ -13,6 +13,7 @@ from gpurental.baremetal import services
 from gpurental.baremetal.models import Lease, LeaseEvent, LeaseStatus
 from gpurental.fleet.models import Host
 from gpurental.rentals import hostcalls
+from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 from gpurental.rentals.selectors import between
@@ -323,3 +324,33 @@ def test_bad_periods_are_refused_naming_the_field(alice, whole_host_plan, leasab
         with pytest.raises(RentalError) as caught:
             services.lease_book(user=alice, plan=whole_host_plan, now=NOW, **kwargs)
         assert caught.value.field == field
+
+
+def test_a_stopped_instance_starts_again_only_inside_its_active_lease(
+    alice, whole_host_plan, leasable, image, sent
+):
+    host = leasable("node1", last_heartbeat_at=NOW)
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
+    )
+    instance = services.lease_launch(lease=lease, image=image, actor=alice, now=NOW)
+    later = NOW + timedelta(minutes=10)  # the host silent by then: the stop is immediate
+    lc.instance_stop(instance=instance, actor=alice, now=later)
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.STOPPED
+
+    beat(host, later + timedelta(minutes=10))
+    lc.instance_start(instance=instance, actor=alice, now=later + timedelta(minutes=10))
+    instance.refresh_from_db()
+    assert instance.status == InstanceStatus.PENDING
+    assert len(rental_selectors.instance_gpus(instance)) == 4  # the lease's own allocations
+    assert not Allocation.objects.filter(period__upper_inf=True).exists()
+
+    lc.instance_stop(instance=instance, actor=alice, now=later + timedelta(minutes=30))
+    beat(host, later + timedelta(minutes=40))
+    services.lease_end(lease=lease, actor=alice, now=later + timedelta(minutes=40))
+    # After the lease the host is free, but the instance does not become an unbilled
+    # on-demand run there.
+    with pytest.raises(InvalidTransition, match="lease ran"):
+        lc.instance_start(instance=instance, actor=alice, now=later + timedelta(minutes=41))
+    assert not Allocation.objects.filter(period__upper_inf=True).exists()

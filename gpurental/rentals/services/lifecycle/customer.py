@@ -326,6 +326,8 @@ def instance_start(
             # The reservation first, as the reservation clock locks them: a start racing
             # the end waits for it, then sees the reservation completed.
             Reservation.objects.select_for_update().filter(pk=instance.reservation_id).first()
+        if instance.lease_id is not None:  # likewise the lease, as the lease clock locks it
+            _lease_model().objects.select_for_update().filter(pk=instance.lease_id).first()
         instance = _lock(instance)
         if instance.status in (S.PENDING, S.PROVISIONING, S.RUNNING):
             return instance
@@ -333,6 +335,8 @@ def instance_start(
             _refuse(instance, "start", {S.STOPPED})
         if instance.reservation_id is not None:
             gpus = _reserved_gpus(instance, now)
+        elif instance.lease_id is not None:
+            gpus = _leased_gpus(instance, now)
         else:
             gpus = _allocate_again(instance, now, same_gpus=same_run)
         _move(
@@ -364,6 +368,26 @@ def _reserved_gpus(instance: Instance, now: datetime) -> str:
             f"its reservation ran {reservation.period.lower:%Y-%m-%d %H:%M}–"
             f"{reservation.period.upper:%Y-%m-%d %H:%M} UTC and is {reservation.status}; "
             "launch a new instance or book again",
+            field="status",
+        )
+    return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
+
+
+def _lease_model():
+    return Instance._meta.get_field("lease").related_model  # baremetal imports rentals
+
+
+def _leased_gpus(instance: Instance, now: datetime) -> str:
+    """An instance on a dedicated host starts again only while its lease is active and
+    still holds the host for it (never as an unbilled on-demand run after the lease)."""
+    lease = instance.lease
+    mine = Allocation.objects.filter(lease=lease, instance=instance).exists()
+    if lease.status != "active" or not lease.period.lower <= now < lease.period.upper or not mine:
+        raise InvalidTransition(
+            f"its dedicated-host lease ran {lease.period.lower:%Y-%m-%d %H:%M}–"
+            f"{lease.period.upper:%Y-%m-%d %H:%M} UTC and is {lease.status}"
+            + ("" if mine else ", and another instance was launched into it")
+            + "; launch into an active lease instead",
             field="status",
         )
     return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
