@@ -23,6 +23,7 @@ are removed, models filled since are added. Standard library only; idempotent.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -73,6 +74,17 @@ def _prune(hub: Path) -> int:
                 removed += 1
         if root != str(hub) and not os.listdir(root):
             os.rmdir(root)
+    # A repository left with refs only (its shared files gone, nothing of the instance's
+    # own) would send the hub to snapshots that no longer exist: drop it.
+    for repo in hub.iterdir() if hub.is_dir() else []:
+        snapshots, blobs = repo / "snapshots", repo / "blobs"
+        if (
+            repo.is_dir()
+            and not repo.is_symlink()
+            and not (snapshots.is_dir() and any(snapshots.iterdir()))
+            and not (blobs.is_dir() and any(blobs.iterdir()))
+        ):
+            shutil.rmtree(repo)
     return removed
 
 
