@@ -43,6 +43,16 @@ def matching_hosts(
     )
 
 
+def gpus_leased_by(*, user, start: datetime, end: datetime) -> int:
+    """GPUs of the user's live leases overlapping [start, end)."""
+    leases = Lease.objects.filter(
+        user=user,
+        status__in=("booked", "active"),
+        period__overlap=rental_selectors.between(start, end),
+    )
+    return leases.aggregate(n=Sum("plan__gpu_count"))["n"] or 0
+
+
 def allows_host_network(host: Host) -> bool:
     return BareMetalHost.objects.filter(host=host, allow_host_network=True).exists()
 

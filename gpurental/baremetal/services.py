@@ -51,7 +51,12 @@ from gpurental.billing.selectors import balance_of, operator_zone
 from gpurental.catalog.models import ImageTemplate
 from gpurental.fleet.models import GPU, Host
 from gpurental.rentals import selectors as rental_selectors
-from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
+from gpurental.rentals.exceptions import (
+    InvalidTransition,
+    NoCapacity,
+    QuotaExceeded,
+    RentalError,
+)
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services import lifecycle
 
@@ -217,6 +222,16 @@ def lease_book(
     with transaction.atomic():
         # One booking at a time per user: the balance is checked once.
         locked_user = User.objects.select_for_update().get(pk=user.pk)
+        # The at-once quota, as for reservations: what the user has booked over the period.
+        booked = rental_selectors.gpus_booked_by(
+            user=locked_user, start=start, end=end
+        ) + selectors.gpus_leased_by(user=locked_user, start=start, end=end)
+        if booked + plan.gpu_count > locked_user.gpu_quota:
+            raise QuotaExceeded(
+                f"your quota is {locked_user.gpu_quota} GPUs at once and you have {booked} "
+                f"booked over that period; a {plan.gpu_count}-GPU host would exceed it",
+                field="plan",
+            )
         _check_balance(locked_user, price)
         candidates = selectors.matching_hosts(plan=plan, start=start, end=end, now=now)
         if host_network:

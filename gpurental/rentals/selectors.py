@@ -136,8 +136,10 @@ def best_hosts(
 
 def gpus_held_by(*, user) -> int:
     """GPUs the user's on-demand instances hold: what the at-once quota limits (reserved
-    GPUs are checked against it when booked)."""
-    held = Instance.objects.filter(user=user, status__in=HOLDING, reservation__isnull=True)
+    GPUs and dedicated hosts are checked against it when booked)."""
+    held = Instance.objects.filter(
+        user=user, status__in=HOLDING, reservation__isnull=True, lease__isnull=True
+    )
     return held.aggregate(n=Sum("gpu_count"))["n"] or 0
 
 

@@ -14,7 +14,12 @@ from gpurental.baremetal.models import Lease, LeaseEvent, LeaseStatus
 from gpurental.fleet.models import Host
 from gpurental.rentals import hostcalls
 from gpurental.rentals import selectors as rental_selectors
-from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
+from gpurental.rentals.exceptions import (
+    InvalidTransition,
+    NoCapacity,
+    QuotaExceeded,
+    RentalError,
+)
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 from gpurental.rentals.selectors import between
 from gpurental.rentals.services import lifecycle as lc
@@ -354,3 +359,30 @@ def test_a_stopped_instance_starts_again_only_inside_its_active_lease(
     with pytest.raises(InvalidTransition, match="lease ran"):
         lc.instance_start(instance=instance, actor=alice, now=later + timedelta(minutes=41))
     assert not Allocation.objects.filter(period__upper_inf=True).exists()
+
+
+def test_leases_count_against_the_at_once_quota_over_their_period(alice, whole_host_plan, leasable):
+    leasable("node1", last_heartbeat_at=NOW)
+    leasable("node2", last_heartbeat_at=NOW)
+    alice.gpu_quota = 6
+    alice.save()
+    start = NOW + timedelta(days=1)
+    services.lease_book(
+        user=alice, plan=whole_host_plan, start=start, end=start + timedelta(hours=4), now=NOW
+    )
+    with pytest.raises(QuotaExceeded) as refused:
+        services.lease_book(
+            user=alice,
+            plan=whole_host_plan,
+            start=start + timedelta(hours=2),
+            end=start + timedelta(hours=6),
+            now=NOW,
+        )
+    assert refused.value.field == "plan" and "quota is 6 GPUs" in refused.value.message
+    services.lease_book(  # back to back is not at once
+        user=alice,
+        plan=whole_host_plan,
+        start=start + timedelta(hours=4),
+        end=start + timedelta(hours=6),
+        now=NOW,
+    )
