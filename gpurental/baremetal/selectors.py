@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum
@@ -13,7 +14,7 @@ from gpurental.baremetal.models import BareMetalHost, DedicatedPlan, Lease, Leas
 from gpurental.billing import pricing
 from gpurental.billing.models import InvoiceLine
 from gpurental.billing.selectors import operator_zone
-from gpurental.fleet.models import GPU, Host
+from gpurental.fleet.models import Host
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.models import Allocation
 
@@ -70,8 +71,8 @@ def lease_visible_to(*, user, lease_id) -> Lease | None:
     return leases_visible_to(user=user).filter(pk=lease_id).first()
 
 
-def lease_cost_so_far(lease: Lease):
-    return sum((c.amount for c in lease.charges.all()), start=pricing.Decimal(0))
+def lease_cost_so_far(lease: Lease) -> Decimal:
+    return lease.charges.aggregate(total=Sum("amount"))["total"] or Decimal(0)
 
 
 def hourly_rates(plan: DedicatedPlan) -> dict:
@@ -97,24 +98,6 @@ def dedicated_options(lease: Lease) -> dict:
     }
 
 
-def host_gpu_count(host: Host) -> int:
-    return GPU.objects.filter(host=host, is_enabled=True).count()
-
-
-def leased_now(*, host: Host, now: datetime) -> Lease | None:
-    return (
-        Lease.objects.filter(host=host, status="active", period__contains=now)
-        .select_related("user")
-        .first()
-    )
-
-
-def hosts_with_lease_state(*, now: datetime):
-    """Every host with bare-metal settings, annotated ``leased`` (an active lease now)."""
-    active = Lease.objects.filter(host=OuterRef("host"), status="active", period__contains=now)
-    return BareMetalHost.objects.select_related("host").annotate(leased=Exists(active))
-
-
 def lease_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
     """Per user, unsaved invoice lines for the lease charges of [start, end) (a month in
     the operator's zone): one per lease and rate kind, like an instance's lines; the
@@ -137,13 +120,13 @@ def lease_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[i
     lines: dict[int, list] = defaultdict(list)
     for row in rows:
         lease = leases[row["lease_id"]]
-        hours = pricing.Decimal(row["duration"].total_seconds()) / 3600 * lease.plan.gpu_count
+        hours = Decimal(row["duration"].total_seconds()) / 3600 * lease.plan.gpu_count
         lines[row["lease__user_id"]].append(
             InvoiceLine(
                 rate_kind=row["rate_kind"],
                 description=f"Dedicated host {lease.host.name} ({lease.plan.name}), "
                 f"{labels.get(row['rate_kind'], row['rate_kind'])}"[:255],
-                gpu_hours=hours.quantize(pricing.Decimal("0.0001")),
+                gpu_hours=hours.quantize(Decimal("0.0001")),
                 amount=pricing.quantize_money(row["amount"]),
             )
         )

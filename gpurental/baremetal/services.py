@@ -33,7 +33,6 @@ from django.utils import timezone
 from gpurental.accounts.models import User
 from gpurental.baremetal import secrets, selectors
 from gpurental.baremetal.models import (
-    HOLDING,
     BareMetalHost,
     DedicatedPlan,
     Lease,
@@ -610,7 +609,6 @@ def host_power(
 
 
 __all__ = [
-    "HOLDING",
     "baremetal_host_set",
     "host_power",
     "lease_book",
