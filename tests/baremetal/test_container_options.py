@@ -4,9 +4,11 @@ hardening an ordinary instance has (create_kwargs for both, and a real container
 from __future__ import annotations
 
 import resource
+import socket
 import uuid
 
 import pytest
+import requests
 
 from gpurental import protocol
 from gpurental.agent.host import HostAgent
@@ -168,5 +170,46 @@ def test_a_real_dedicated_container_has_the_shm_and_limits(docker_runtime, make_
         host_config = container.attrs["HostConfig"]
         assert host_config["CapDrop"] == ["ALL"] and not host_config["Privileged"]
         assert host_config["SecurityOpt"] == ["no-new-privileges:true"]
+    finally:
+        docker_runtime.remove(instance.instance_id)
+
+
+@pytest.mark.docker
+def test_a_real_container_on_host_networking_answers_on_the_host_s_own_port(
+    docker_runtime,  # noqa: F811
+    make_spec,  # noqa: F811
+):
+    with socket.socket() as s:  # a free port on this machine: the container shares its stack
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    instance = make_spec(
+        dedicated=True,
+        shm_size_mb=256,
+        host_network=True,
+        memlock_bytes=grantable_memlock(),
+        container_port=port,
+        command=(
+            "jupyter",
+            "lab",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--no-browser",
+            "--ServerApp.root_dir=/workspace",
+        ),
+    )
+    try:
+        started = docker_runtime.start(instance, ignore_progress)
+        assert (started.host, started.port) == ("127.0.0.1", port)
+        answer = requests.get(
+            f"http://127.0.0.1:{port}/api/status",
+            headers={"Authorization": f"token {instance.token}"},
+            timeout=5,
+        )
+        assert answer.status_code == 200
+        host_config = docker_runtime.client.api.inspect_container(
+            container_name(instance.instance_id)
+        )["HostConfig"]
+        assert host_config["NetworkMode"] == "host" and not host_config["PortBindings"]
+        assert host_config["CapDrop"] == ["ALL"]
     finally:
         docker_runtime.remove(instance.instance_id)
