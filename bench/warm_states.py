@@ -13,7 +13,10 @@ Stopped and not-kept hold nothing; a paused container keeps its memory and its G
 platform would have to keep the GPU allocated, and bill it). The hardening is the
 agent's: every capability dropped, no-new-privileges.
 
-    python bench/warm_states.py [--rounds 10] [--smoke]
+    python bench/warm_states.py [--rounds 10] [--smoke] [--image gpurental/serving-embed:latest]
+
+With ``--image gpurental/serving-embed:latest`` (a real model, loaded at start), every
+state but unpause pays the model's load again: the process starts anew.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def ready(port: int, timeout: float = 30) -> None:
+def ready(port: int, timeout: float = 120) -> None:
     import requests
 
     deadline = time.perf_counter() + timeout
@@ -60,16 +63,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--smoke", action="store_true", help="2 rounds: it runs, sane figures")
+    parser.add_argument("--image", default=IMAGE, help=f"a serving image (default {IMAGE})")
     args = parser.parse_args()
     rounds = 2 if args.smoke else args.rounds
+    image = args.image
 
     import docker
 
     client = docker.from_env()
     try:
-        client.images.get(IMAGE)
+        client.images.get(image)
     except docker.errors.ImageNotFound:
-        raise SystemExit(f"{IMAGE} is not built: make images") from None
+        raise SystemExit(f"{image} is not built: make images") from None
     key, value = LABEL.split("=")
     times: dict[str, list[float]] = {"create + start": [], "start (stopped)": [], "unpause": []}
     for _ in range(rounds):
@@ -77,7 +82,7 @@ def main() -> int:
         try:
             started = time.perf_counter()
             container = client.containers.create(
-                IMAGE,
+                image,
                 ports={"8000/tcp": ("127.0.0.1", free_port())},
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges:true"],
@@ -101,7 +106,7 @@ def main() -> int:
         finally:
             if container is not None:
                 container.remove(force=True)
-    print(f"\nwarm replica states, {rounds} rounds, until /healthz answers ({IMAGE})")
+    print(f"\nwarm replica states, {rounds} rounds, until /healthz answers ({image})")
     print(f"{'state':18} {'p50':>9} {'min':>9} {'max':>9}   holds")
     holds = {
         "create + start": "nothing",
