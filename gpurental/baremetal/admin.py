@@ -61,9 +61,15 @@ class BareMetalHostAdmin(AuditedAdmin):
     actions = ["power_read", "power_on", "power_off", "power_cycle"]
 
     def _power(self, request, queryset, action):
+        call = {
+            PowerAction.READ: services.host_power_read,
+            PowerAction.ON: services.host_power_on,
+            PowerAction.OFF: services.host_power_off,
+            PowerAction.CYCLE: services.host_power_cycle,
+        }[action]
         for row in queryset.select_related("host"):
             try:
-                event = services.host_power(host=row.host, action=action, actor=request.user)
+                event = call(host=row.host, actor=request.user)
             except RentalError as exc:
                 self.message_user(request, f"{row.host}: {exc.message}", messages.ERROR)
                 continue

@@ -608,9 +608,29 @@ def host_power(
         )
 
 
+def host_power_read(*, host: Host, actor: User | None = None) -> PowerEvent:
+    return host_power(host=host, action=PowerAction.READ, actor=actor)
+
+
+def host_power_on(*, host: Host, actor: User | None = None) -> PowerEvent:
+    return host_power(host=host, action=PowerAction.ON, actor=actor)
+
+
+def host_power_off(*, host: Host, actor: User | None = None) -> PowerEvent:
+    return host_power(host=host, action=PowerAction.OFF, actor=actor)
+
+
+def host_power_cycle(*, host: Host, actor: User | None = None) -> PowerEvent:
+    return host_power(host=host, action=PowerAction.CYCLE, actor=actor)
+
+
 __all__ = [
     "baremetal_host_set",
     "host_power",
+    "host_power_cycle",
+    "host_power_off",
+    "host_power_on",
+    "host_power_read",
     "lease_book",
     "lease_cancel",
     "lease_end",

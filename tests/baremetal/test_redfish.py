@@ -122,19 +122,19 @@ def test_staff_power_actions_use_the_stored_password_and_leave_events(
     stored = BareMetalHost.objects.get(pk=row.pk).bmc_password_encrypted
     assert PASSWORD not in stored and secrets.decrypt(stored) == PASSWORD
 
-    read = services.host_power(host=host, action="read", actor=carol)
+    read = services.host_power_read(host=host, actor=carol)
     assert read.ok and read.power_state in ("On", "Off") and read.actor == carol
-    on = services.host_power(host=host, action="on", actor=carol)
+    on = services.host_power_on(host=host, actor=carol)
     assert on.ok
     # While a tenant holds the host, staff cannot power it off or cycle it.
     services.lease_book(user=alice, plan=whole_host_plan, end=now + timedelta(hours=2), now=now)
     with pytest.raises(InvalidTransition, match="leased to a tenant"):
-        services.host_power(host=host, action="cycle", actor=carol)
+        services.host_power_cycle(host=host, actor=carol)
     # A wrong password is recorded as a failed action with the BMC's reason.
     services.baremetal_host_set(
         host=host, bmc_url=emulator, bmc_username=USER, bmc_password="wrong"
     )
-    failed = services.host_power(host=host, action="read", actor=carol)
+    failed = services.host_power_read(host=host, actor=carol)
     assert not failed.ok and "refused the login" in failed.detail
     assert list(PowerEvent.objects.order_by("id").values_list("action", "ok")) == [
         ("read", True),
@@ -178,3 +178,20 @@ def test_the_admin_stores_the_bmc_password_encrypted_and_never_in_the_audit_log(
     assert logged and all(PASSWORD not in str(changes) for changes in logged)
     page = client.get(f"/admin/baremetal/baremetalhost/{row.pk}/change/").content.decode()
     assert PASSWORD not in page and row.bmc_password_encrypted not in page
+
+
+@pytest.mark.slow
+def test_the_admin_power_action_goes_through_the_bmc(emulator, client, carol, leasable):
+    host = leasable("node1", last_heartbeat_at=datetime.now(UTC))
+    row = services.baremetal_host_set(
+        host=host, bmc_url=emulator, bmc_username=USER, bmc_password=PASSWORD
+    )
+    client.force_login(carol)
+    response = client.post(
+        "/admin/baremetal/baremetalhost/",
+        {"action": "power_read", "_selected_action": [row.pk]},
+        follow=True,
+    )
+    assert "read done; power" in response.content.decode()
+    event = PowerEvent.objects.get()
+    assert (event.action, event.ok, event.actor) == ("read", True, carol)
