@@ -152,7 +152,7 @@ class LeaseAdmin(AuditedAdmin):
             "cancelled",
         )
 
-    @admin.action(description="End now (a lease started at booking)")
+    @admin.action(description="End now (billing stops; staff may end any lease)")
     def end_now(self, request, queryset):
         self._each(
             request,

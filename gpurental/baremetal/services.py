@@ -354,7 +354,8 @@ def lease_end(
     *, lease: Lease, actor: User | None = None, reason: str = "", now: datetime | None = None
 ) -> bool:
     """End an active lease: at its end (the clock), or early at the tenant's request (a
-    lease that started at booking only: one booked ahead is committed to its period).
+    lease that started at booking only: one booked ahead is committed to its period) or
+    by staff (any lease).
     Its instances stop (/workspace kept), the host is free from ``now``, billing ends."""
     now = now or timezone.now()
     with transaction.atomic():
@@ -366,7 +367,8 @@ def lease_end(
                 f"lease {lease.pk} is {lease.status}: only an active lease ends", field="status"
             )
         early = now < lease.end
-        if early and lease.reserved:
+        # Staff may end any lease early (a failing host, an abuse case); billing stops then.
+        if early and lease.reserved and not (actor is not None and actor.is_staff):
             raise InvalidTransition(
                 f"lease {lease.pk} was booked ahead at the reserved rate and runs until "
                 f"{lease.end:%Y-%m-%d %H:%M} UTC: it cannot end early",

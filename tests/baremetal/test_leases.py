@@ -386,3 +386,24 @@ def test_leases_count_against_the_at_once_quota_over_their_period(alice, whole_h
         end=start + timedelta(hours=6),
         now=NOW,
     )
+
+
+def test_staff_may_end_a_booked_ahead_lease_early_and_billing_stops_there(
+    alice, carol, whole_host_plan, leasable
+):
+    host = leasable("node1", last_heartbeat_at=NOW)
+    start = NOW + timedelta(days=1)
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, start=start, end=start + timedelta(hours=4), now=NOW
+    )
+    beat(host, start)
+    services.leases_tick(now=start)
+    stop = start + timedelta(hours=1)
+    beat(host, stop)
+    with pytest.raises(InvalidTransition, match="cannot end early"):
+        services.lease_end(lease=lease, actor=alice, now=stop)
+    services.lease_end(lease=lease, actor=carol, now=stop)
+    lease.refresh_from_db()
+    assert (lease.status, lease.end, lease.billed_until) == ("ended", stop, stop)
+    ended = lease.events.get(to_status="ended")
+    assert ended.actor == carol
