@@ -146,10 +146,18 @@ def local_agent_env_write(*, host: Host, token: str, path: Path) -> None:
         "GPURENTAL_SIMULATED_GPUS": str(host.gpus.count() or 8),
         "GPURENTAL_SIMULATED_MODEL": "NVIDIA A10G",
         "GPURENTAL_AGENT_DIR": str(path.parent / f"agent-{host.name}"),
+        # The shared Hugging Face cache (`modelcache fill --host local …`); its import
+        # directory is the agent's default, <GPURENTAL_AGENT_DIR>/model-imports.
+        "GPURENTAL_HF_CACHE_DIR": str(demo_hf_cache(path)),
     }
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write("".join(f"{key}={value}\n" for key, value in lines.items()))
+
+
+def demo_hf_cache(agent_env: Path) -> Path:
+    """The local agent's shared Hugging Face cache, next to its env file (under var/)."""
+    return (agent_env.parent / "hf-cache").resolve()
 
 
 def _env_token(path: Path) -> str:
@@ -226,4 +234,11 @@ def seed_demo(*, agent_env: Path | None = None) -> SeedResult:
             token = host_rotate_token(host=host)
         if token is not None:
             local_agent_env_write(host=host, token=token, path=agent_env)
+            # The env file now names the agent's shared Hugging Face cache: record it.
+            cache = demo_hf_cache(agent_env)
+            (cache / "hub").mkdir(parents=True, exist_ok=True)
+            (agent_env.parent / f"agent-{host.name}" / "model-imports").mkdir(
+                parents=True, exist_ok=True
+            )
+            Host.objects.filter(pk=host.pk).update(hf_cache_dir=str(cache))
     return SeedResult(host_token=token)

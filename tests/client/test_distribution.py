@@ -18,9 +18,9 @@ import pytest
 from gpurental import __version__
 from gpurental.accounts.services import api_key_create
 from gpurental.billing.services import credit_add
+from gpurental.catalog.models import ImageAlias
 from gpurental.client import Client
 from gpurental.fleet.models import Host
-from tests.agent.conftest import JUPYTER_IMAGE
 from tests.factories import ImageTemplateFactory
 from tests.stack import open_link
 
@@ -96,13 +96,16 @@ def client_venv(wheel, tmp_path) -> Path:
 
 @pytest.fixture
 def pytorch_image(db):
-    # On a simulated host the PyTorch+CUDA template runs the CPU JupyterLab image.
-    return ImageTemplateFactory(
-        slug="pytorch-2.1",
-        name="PyTorch 2.1 + CUDA 12.1 + JupyterLab",
-        image="gpurental/pytorch-cuda:2.1",
-        cpu_image=JUPYTER_IMAGE,
+    # As seed_demo has it: the article's "pytorch-2.1" is an alias of the PyTorch template,
+    # whose CPU variant (built by `make images`) runs on simulated hosts.
+    template = ImageTemplateFactory(
+        slug="pytorch-2.13",
+        name="PyTorch 2.13 + CUDA 13.0 + JupyterLab",
+        image="gpurental/pytorch:2.13.0-cuda",
+        cpu_image="gpurental/pytorch:2.13.0-cpu",
     )
+    ImageAlias.objects.create(name="pytorch-2.1", template=template)
+    return template
 
 
 @pytest.mark.timeout(300)

@@ -11,8 +11,8 @@ import pytest
 
 from gpurental.accounts.services import api_key_create
 from gpurental.billing.services import credit_add
+from gpurental.catalog.models import ImageAlias
 from gpurental.fleet.models import Host
-from tests.agent.conftest import JUPYTER_IMAGE
 from tests.factories import ImageTemplateFactory
 from tests.stack import open_link
 
@@ -21,13 +21,16 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def pytorch_image(db):
-    # On a simulated host the PyTorch+CUDA template runs the CPU JupyterLab image.
-    return ImageTemplateFactory(
-        slug="pytorch-2.1",
-        name="PyTorch 2.1 + CUDA 12.1 + JupyterLab",
-        image="gpurental/pytorch-cuda:2.1",
-        cpu_image=JUPYTER_IMAGE,
+    # As seed_demo has it: the article's "pytorch-2.1" is an alias of the PyTorch template,
+    # whose CPU variant (built by `make images`) runs on simulated hosts.
+    template = ImageTemplateFactory(
+        slug="pytorch-2.13",
+        name="PyTorch 2.13 + CUDA 13.0 + JupyterLab",
+        image="gpurental/pytorch:2.13.0-cuda",
+        cpu_image="gpurental/pytorch:2.13.0-cpu",
     )
+    ImageAlias.objects.create(name="pytorch-2.1", template=template)
+    return template
 
 
 def test_the_articles_snippet_runs_as_written(
@@ -53,6 +56,9 @@ def test_the_articles_snippet_runs_as_written(
     import requests
 
     container = docker_client.containers.get(f"gpurental-{instance.id}")
+    # The article's "pytorch-2.1" ran the PyTorch image `make images` builds, and says so.
+    assert instance.raw["image"] == "pytorch-2.13" and instance.raw["image_alias"] == "pytorch-2.1"
+    assert "gpurental/pytorch:2.13.0-cpu" in container.image.tags
     assert "HF_HOME=/workspace/.cache/huggingface" in container.attrs["Config"]["Env"]
     assert "GPURENTAL_HF_SHARED=/models/huggingface" in container.attrs["Config"]["Env"]
     mount = next(m for m in container.attrs["Mounts"] if m["Destination"] == "/models/huggingface")
