@@ -22,6 +22,11 @@ class FillForm(forms.ModelForm):
             "(GPURENTAL_MODEL_IMPORT_DIR): a Hugging Face cache or a plain model folder",
         }
 
+    def validate_unique(self):
+        # A model already in the cache may be filled again (a new revision): the service
+        # updates its row rather than adding one.
+        pass
+
     def clean(self):
         data = super().clean()
         if not data.get("source"):

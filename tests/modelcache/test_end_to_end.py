@@ -59,6 +59,13 @@ def test_fill_launch_with_the_model_and_evict_over_the_broker(
     )
     row = CachedModel.objects.get(repo_id=REPO)
     assert row.status == CacheStatus.READY and row.files == 4
+    # Again (a model already ready): the command waits for this request's own report.
+    (cache_agent.imports / "tiny-bert" / "extra.txt").write_text("new file")
+    call_command(
+        "modelcache", "fill", "--host", name, "tiny-bert", "--repo-id", REPO, "--wait", "60"
+    )
+    row = CachedModel.objects.get(repo_id=REPO)
+    assert row.files == 5 and len(row.revisions) == 2
 
     credit_add(user=alice, amount=10, description="test credit")
     gpu_model, template = catalog

@@ -8,15 +8,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from gpurental.fleet.models import Host
 from gpurental.modelcache import selectors
-from gpurental.modelcache.models import CacheStatus
+from gpurental.modelcache.models import CacheEvent
 from gpurental.modelcache.services import (
     CacheRefused,
     cache_evict_request,
     cache_fill_request,
     cache_list_request,
 )
-
-PENDING = (CacheStatus.FILLING, CacheStatus.EVICTING)
 
 
 def _size(n: int) -> str:
@@ -68,52 +66,63 @@ class Command(BaseCommand):
         except CacheRefused as exc:
             raise CommandError(str(exc)) from exc
 
-    def _wait_for(self, host: Host, repo_id: str, timeout: float, done) -> None:
+    def _outcome(self, host: Host, after: int, kinds: tuple[str, ...], repo_id: str, timeout):
+        """The first event of ``kinds`` on ``host`` (for ``repo_id`` when named) written
+        after event id ``after``: the agent's report on this request."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            row = selectors.cache_rows(host=host).filter(repo_id=repo_id).first()
-            if done(row):
-                return
+            events = CacheEvent.objects.filter(host=host, pk__gt=after, kind__in=kinds)
+            if repo_id:
+                events = events.filter(repo_id=repo_id)
+            event = events.order_by("pk").first()
+            if event is not None:
+                return event
             time.sleep(0.5)
         raise CommandError(
             f"no report from {host.name}'s agent within {timeout:g} s; it keeps going: "
             "see `modelcache ls` later"
         )
 
+    @staticmethod
+    def _last_event(host: Host) -> int:
+        return (
+            CacheEvent.objects.filter(host=host)
+            .order_by("-pk")
+            .values_list("pk", flat=True)
+            .first()
+            or 0
+        )
+
     def _fill(self, *, host, source, repo_id, wait, **_):
         host = self._host(host)
+        after = self._last_event(host)
         cache_fill_request(host=host, source=source, repo_id=repo_id)
         self.stdout.write(f"asked {host.name}'s agent to fill its cache from {source}")
-        if not (wait and repo_id):
+        if not wait:
             return
-        self._wait_for(
-            host,
-            repo_id,
-            wait,
-            lambda row: row is None or row.status != CacheStatus.FILLING or row.reason,
-        )
-        row = selectors.cache_rows(host=host).filter(repo_id=repo_id).first()
-        if row is None or row.status == CacheStatus.FAILED or row.reason:
-            raise CommandError(f"fill failed: {row.reason if row else 'no row'}")
+        kinds = (CacheEvent.Kind.FILLED, CacheEvent.Kind.FILL_FAILED)
+        event = self._outcome(host, after, kinds, repo_id, wait)
+        if event.kind == CacheEvent.Kind.FILL_FAILED:
+            raise CommandError(f"fill failed: {event.reason}")
+        row = selectors.cache_rows(host=host).filter(repo_id=event.repo_id).first()
         self.stdout.write(
             self.style.SUCCESS(
-                f"{repo_id} is in {host.name}'s cache: revision {row.revision[:12]}, "
+                f"{event.repo_id} is in {host.name}'s cache: revision {row.revision[:12]}, "
                 f"{row.files} files, {_size(row.size_bytes)}"
             )
         )
 
     def _evict(self, *, host, repo_id, force, wait, **_):
         host = self._host(host)
+        after = self._last_event(host)
         cache_evict_request(host=host, repo_id=repo_id, force=force)
         self.stdout.write(f"asked {host.name}'s agent to evict {repo_id}")
         if not wait:
             return
-        self._wait_for(
-            host, repo_id, wait, lambda row: row is None or row.status != CacheStatus.EVICTING
-        )
-        row = selectors.cache_rows(host=host).filter(repo_id=repo_id).first()
-        if row is not None:
-            raise CommandError(f"eviction failed: {row.reason}")
+        kinds = (CacheEvent.Kind.EVICTED, CacheEvent.Kind.EVICT_FAILED)
+        event = self._outcome(host, after, kinds, repo_id, wait)
+        if event.kind == CacheEvent.Kind.EVICT_FAILED:
+            raise CommandError(f"eviction failed: {event.reason}")
         self.stdout.write(self.style.SUCCESS(f"{repo_id} is gone from {host.name}'s cache"))
 
     def _ls(self, *, host, refresh, wait, **_):
