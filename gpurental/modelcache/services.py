@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -65,6 +65,18 @@ def _send(host: Host, **payload) -> None:
     )
 
 
+# The agent's time limit on a model cache task (agent/worker.py): a request older than
+# this will never be answered, so it no longer stands in the way of a new one.
+REQUEST_EXPIRES = timedelta(hours=3)
+
+
+def _in_flight(row: CachedModel, now: datetime) -> bool:
+    return (
+        row.status in (CacheStatus.FILLING, CacheStatus.EVICTING)
+        and now - row.updated_at < REQUEST_EXPIRES
+    )
+
+
 def _needs_cache(host: Host) -> None:
     if not host.hf_cache_dir:
         raise CacheRefused(
@@ -100,7 +112,7 @@ def cache_fill_request(
         row = None
         if repo_id:
             row = CachedModel.objects.select_for_update().filter(host=host, repo_id=repo_id).first()
-            if row is not None and row.status in (CacheStatus.FILLING, CacheStatus.EVICTING):
+            if row is not None and _in_flight(row, now):
                 raise CacheRefused(
                     f"{repo_id} on {host.name} is {row.get_status_display().lower()} already; "
                     "wait for the agent's report",
@@ -133,7 +145,7 @@ def cache_evict_request(
         row = CachedModel.objects.select_for_update().filter(host=host, repo_id=repo_id).first()
         if row is None:
             raise CacheRefused(f"{host.name}'s cache has no {repo_id}", field="repo_id")
-        if row.status == CacheStatus.EVICTING:
+        if _in_flight(row, now) and row.status == CacheStatus.EVICTING:
             return row
         users = Instance.objects.filter(host=host, hf_model=repo_id, status__in=HOLDING).count()
         if users and not force:

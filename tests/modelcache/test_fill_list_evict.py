@@ -246,3 +246,22 @@ def test_a_host_without_a_shared_cache_is_refused_by_name(make_host, a100):
     with pytest.raises(CacheRefused, match="no shared Hugging Face cache") as refused:
         cache_fill_request(host=host, source="m.tar", repo_id=REPO)
     assert refused.value.field == "host"
+
+
+def test_a_request_the_agent_never_answered_stops_blocking_a_new_one_after_three_hours(
+    cache_host, django_capture_on_commit_callbacks
+):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    tiny_model(cache_host.imports / "tiny-bert")
+    asked = timezone.now()
+    cache_fill_request(host=cache_host, source="tiny-bert", repo_id=REPO, now=asked)  # lost
+    with pytest.raises(CacheRefused, match="filling already"):
+        cache_fill_request(host=cache_host, source="tiny-bert", repo_id=REPO)
+    later = asked + dt.timedelta(hours=3, seconds=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        cache_fill_request(host=cache_host, source="tiny-bert", repo_id=REPO, now=later)
+    cache_host.run(django_capture_on_commit_callbacks)
+    assert CachedModel.objects.get(repo_id=REPO).status == CacheStatus.READY
