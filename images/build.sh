@@ -234,13 +234,18 @@ torch_requirement() {
 }
 
 pt_wheels_inputs_hash() {
-    { cat "$IMAGES/pytorch/requirements.txt"; torch_requirement; printf '%s\n' "${PIP_TARGET[@]}"; } | hash_of
+    { cat "$IMAGES/pytorch/requirements.txt"; torch_requirement; printf '%s\n' "${PT_PIP_TARGET[@]}"; } | hash_of
 }
+
+# torch's CUDA wheels (nvidia-*) are tagged manylinux_2_25, _2_27…, which pip does not
+# derive from the tags above: name every glibc the image's 2.36 can run.
+PT_PIP_TARGET=("${PIP_TARGET[@]}")
+for minor in $(seq 17 35); do PT_PIP_TARGET+=(--platform "manylinux_2_${minor}_x86_64"); done
 
 pip_download_into() {  # dest requirements-file [pip options…]
     local dest=$1 reqs=$2
     shift 2
-    "$PYTHON" -m pip download --quiet --no-cache-dir --dest "$dest" "${PIP_TARGET[@]}" "$@" \
+    "$PYTHON" -m pip download --quiet --no-cache-dir --dest "$dest" "${PT_PIP_TARGET[@]}" "$@" \
         -r "$reqs" 2> >(grep -v "is ignored: it is neither" >&2)
 }
 
