@@ -404,7 +404,7 @@ main() {
 # `images/build.sh tags`: every tag this script builds (both PyTorch variants), one a
 # line, building nothing: what the catalog's image templates may name (tests hold them to it).
 if [ "${1:-}" = tags ]; then
-    printf '%s\n' "$BASE_TAG" "$JUPYTER_TAG" "$SERVING_TAG" \
+    printf '%s\n' "$BASE_TAG" "$JUPYTER_TAG" "$SERVING_TAG" "$EMBED_TAG" \
         "gpurental/pytorch:$TORCH_VERSION-cpu" "gpurental/pytorch:$TORCH_VERSION-cuda"
     exit 0
 fi
