@@ -330,6 +330,7 @@ SPECTACULAR_SETTINGS = {
         "InstanceStatusEnum": "gpurental.rentals.models.InstanceStatus",
         "InterconnectEnum": "gpurental.catalog.models.Interconnect",
         "PaymentStatusEnum": "gpurental.billing.models_credit.PaymentStatus",
+        "PaymentKindEnum": "gpurental.billing.models_credit.Payment.Kind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -19,11 +19,47 @@ class PaymentSerializer(serializers.ModelSerializer):
             "amount",
             "currency",
             "status",
+            "kind",
+            "failure",
             "provider",
             "created_at",
             "paid_at",
         ]
         read_only_fields = fields
+
+
+class AutoTopUpSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(help_text="Needs a saved card (POST auto-topup/card/)")
+    threshold = serializers.DecimalField(
+        max_digits=12, decimal_places=2, help_text="Top up when the balance is below this"
+    )
+    amount = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        help_text=f"Charged each time, {settings.PAYMENT_MIN_AMOUNT} to "
+        f"{settings.PAYMENT_MAX_AMOUNT} {settings.BILLING_CURRENCY}",
+    )
+    monthly_cap = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        help_text="At most this much in a calendar month (the operator's time zone)",
+    )
+    currency = serializers.CharField(read_only=True)
+    card = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The saved card's label, or null"
+    )
+    month_charged = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        read_only=True,
+        help_text="Taken by automatic top-ups this calendar month (pending ones included)",
+    )
+
+
+class AutoTopUpCardSerializer(serializers.Serializer):
+    setup_url = serializers.URLField(
+        read_only=True, help_text="Send the card holder here to save a card"
+    )
 
 
 class PaymentCreateSerializer(serializers.Serializer):

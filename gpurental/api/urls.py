@@ -45,6 +45,8 @@ v1 = [
     path("usage/", views_billing.UsageView.as_view(), name="usage"),
     path("usage/csv/", views_billing.UsageCsvView.as_view(), name="usage-csv"),
     path("vouchers/redeem/", views_payments.VoucherRedeemView.as_view(), name="voucher-redeem"),
+    path("auto-topup/", views_payments.AutoTopUpView.as_view(), name="auto-topup"),
+    path("auto-topup/card/", views_payments.AutoTopUpCardView.as_view(), name="auto-topup-card"),
     *router.urls,
 ]
 

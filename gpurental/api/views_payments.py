@@ -1,15 +1,19 @@
 """Paying in over the API: start a top-up (answers the provider's checkout URL), list and
-read one's own payments, redeem a voucher. Another customer's payment is a 404."""
+read one's own payments, redeem a voucher, and set automatic top-up (its card is saved
+at the provider's page). Another customer's payment is a 404."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from gpurental.api import serializers_payments as s
 from gpurental.api.idempotency import idempotent
@@ -18,6 +22,14 @@ from gpurental.billing.models import Payment
 from gpurental.billing.payments import PaymentUnavailable
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import balance_of
+from gpurental.billing.services.autotopup import (
+    AutoTopUpRefused,
+    auto_topup_card_remove,
+    auto_topup_card_start,
+    auto_topup_configure,
+    auto_topup_month,
+    auto_topup_of,
+)
 from gpurental.billing.services.payments import PaymentRefused, payment_start
 from gpurental.billing.services.vouchers import VoucherRefused, voucher_credit_of, voucher_redeem
 
@@ -112,3 +124,89 @@ class VoucherRedeemView(GenericAPIView):
             s.VoucherRedemptionSerializer(body).data,
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
+
+
+def _auto_topup_body(user) -> dict:
+    row, month = auto_topup_of(user=user), auto_topup_month(user=user)
+    return {
+        "enabled": row.enabled,
+        "threshold": row.threshold,
+        "amount": row.amount,
+        "monthly_cap": row.monthly_cap,
+        "currency": settings.BILLING_CURRENCY,
+        "card": row.card_label or None if row.payment_method_ref else None,
+        "month_charged": month.charged if month else Decimal("0.00"),
+    }
+
+
+@extend_schema(tags=["billing"])
+class AutoTopUpView(APIView):
+    """Your automatic top-up: below ``threshold``, ``amount`` is charged to your saved card,
+    at most ``monthly_cap`` in a calendar month. Credit comes when the provider confirms."""
+
+    scope_area = "billing"
+
+    @extend_schema(summary="Read your automatic top-up settings", responses=s.AutoTopUpSerializer)
+    def get(self, request, *args, **kwargs):
+        return Response(s.AutoTopUpSerializer(_auto_topup_body(request.user)).data)
+
+    @extend_schema(
+        summary="Set your automatic top-up",
+        request=s.AutoTopUpSerializer,
+        responses={
+            200: s.AutoTopUpSerializer,
+            400: OpenApiResponse(
+                description="Invalid input (or no saved card to turn it on with); "
+                "error.fields names the field at fault"
+            ),
+        },
+        examples=[
+            OpenApiExample(
+                "On",
+                value={
+                    "enabled": True,
+                    "threshold": "10.00",
+                    "amount": "50.00",
+                    "monthly_cap": "200.00",
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def put(self, request, *args, **kwargs):
+        form = s.AutoTopUpSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            auto_topup_configure(
+                user=request.user, ip=request.META.get("REMOTE_ADDR"), **form.validated_data
+            )
+        except AutoTopUpRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        return Response(s.AutoTopUpSerializer(_auto_topup_body(request.user)).data)
+
+
+@extend_schema(tags=["billing"])
+class AutoTopUpCardView(APIView):
+    """The card automatic top-ups charge: saved at the provider's page, removed here."""
+
+    scope_area = "billing"
+
+    @extend_schema(
+        summary="Start saving a card: answers the provider's page to save it at",
+        request=None,
+        responses={201: s.AutoTopUpCardSerializer},
+    )
+    def post(self, request, *args, **kwargs):
+        try:
+            url = auto_topup_card_start(user=request.user, base_url=settings.PUBLIC_URL)
+        except PaymentUnavailable as exc:
+            raise PaymentsUnavailable(str(exc)) from exc
+        return Response({"setup_url": url}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Remove the card (automatic top-up turns off)",
+        responses={204: OpenApiResponse(description="Removed")},
+    )
+    def delete(self, request, *args, **kwargs):
+        auto_topup_card_remove(user=request.user, ip=request.META.get("REMOTE_ADDR"))
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -227,6 +227,9 @@ class InvoiceCounter(models.Model):
 # Payments, webhook events and vouchers live in their own module; imported here so that
 # Django registers them with the billing app.
 from gpurental.billing.models_credit import (  # noqa: E402
+    AutoTopUp,
+    AutoTopUpEvent,
+    AutoTopUpMonth,
     Payment,
     PaymentEvent,
     PaymentStatus,
@@ -235,6 +238,9 @@ from gpurental.billing.models_credit import (  # noqa: E402
 )
 
 __all__ = [
+    "AutoTopUp",
+    "AutoTopUpEvent",
+    "AutoTopUpMonth",
     "Charge",
     "Invoice",
     "InvoiceCounter",

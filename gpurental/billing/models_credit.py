@@ -30,10 +30,20 @@ class Payment(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="payments"
     )
+
+    class Kind(models.TextChoices):
+        CHECKOUT = "checkout", "Top-up at the provider's checkout page"
+        AUTO = "auto", "Automatic top-up (saved card, off-session)"
+
     provider = models.CharField(max_length=16)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CHECKOUT)
     provider_ref = models.CharField(
-        max_length=255, blank=True, default="", help_text="The provider's checkout session id"
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="The provider's checkout session id (an automatic top-up: its payment intent)",
     )
+    failure = models.CharField(max_length=300, blank=True, default="")
     amount = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3)
     status = models.CharField(
@@ -63,6 +73,12 @@ class Payment(models.Model):
                 condition=~Q(provider_ref=""),
                 name="payment_one_per_provider_ref",
             ),
+            # One automatic top-up in flight per customer: the next waits for its webhook.
+            models.UniqueConstraint(
+                fields=["user"],
+                condition=Q(kind="auto", status="pending"),
+                name="payment_one_auto_topup_pending",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -82,6 +98,8 @@ class PaymentEvent(models.Model):
         ALREADY_PAID = "already_paid", "Payment already credited"
         IGNORED = "ignored", "Ignored (event type not handled)"
         REFUSED = "refused", "Refused"
+        CARD_SAVED = "card_saved", "Card saved for automatic top-ups"
+        FAILED = "failed", "Payment failed"
 
     provider = models.CharField(max_length=16)
     event_id = models.CharField(max_length=255)
@@ -191,3 +209,105 @@ class VoucherRedemption(models.Model):
 
 
 ZERO = Decimal(0)
+
+
+class AutoTopUp(models.Model):
+    """A customer's automatic top-up: when the balance falls below ``threshold``, charge
+    ``amount`` to the saved card, at most ``monthly_cap`` per calendar month (operator's
+    zone). The card is the provider's: only its references and a label are kept."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="auto_topup",
+    )
+    enabled = models.BooleanField(default=False)
+    threshold = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("10.00"))
+    amount = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("50.00"))
+    monthly_cap = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("200.00"))
+    provider = models.CharField(max_length=16, blank=True, default="")
+    customer_ref = models.CharField(
+        max_length=255, blank=True, default="", help_text="The provider's customer id"
+    )
+    payment_method_ref = models.CharField(
+        max_length=255, blank=True, default="", help_text="The saved card at the provider"
+    )
+    card_label = models.CharField(max_length=64, blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "automatic top-up"
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="autotopup_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(threshold__gte=0), name="autotopup_threshold_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(monthly_cap__gte=F("amount")), name="autotopup_cap_covers_amount"
+            ),
+            models.CheckConstraint(
+                condition=Q(enabled=False) | ~Q(payment_method_ref=""),
+                name="autotopup_enabled_has_card",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "on" if self.enabled else "off"
+        return f"auto top-up {state} for {self.user}: {self.amount} below {self.threshold}"
+
+
+class AutoTopUpMonth(models.Model):
+    """What automatic top-ups have taken in one calendar month: the database refuses more
+    than the cap (a charge reserves its amount here before the provider is asked; a failed
+    charge gives it back)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="auto_topup_months"
+    )
+    month = models.DateField(help_text="First day of the month, in the operator's time zone")
+    charged = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0.00"))
+    cap = models.DecimalField(max_digits=12, decimal_places=2)
+    cap_reached_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-month"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "month"], name="autotopupmonth_once"),
+            models.CheckConstraint(
+                condition=Q(charged__gte=0) & Q(charged__lte=F("cap")),
+                name="autotopupmonth_within_cap",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.month:%Y-%m}: {self.charged} of {self.cap}"
+
+
+class AutoTopUpEvent(models.Model):
+    """Append-only history of a customer's automatic top-up: settings, card, charges."""
+
+    class Kind(models.TextChoices):
+        SETTINGS = "settings", "Settings changed"
+        CARD_SAVED = "card_saved", "Card saved"
+        CARD_REMOVED = "card_removed", "Card removed"
+        CHARGE_STARTED = "charge_started", "Charge started"
+        CHARGE_FAILED = "charge_failed", "Charge failed"
+        CREDITED = "credited", "Credited"
+        CAP_REACHED = "cap_reached", "Monthly cap reached"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="auto_topup_events"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    payment = models.ForeignKey(
+        Payment, null=True, blank=True, on_delete=models.PROTECT, related_name="auto_topup_events"
+    )
+    detail = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.kind} {self.detail}"

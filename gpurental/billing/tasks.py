@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from gpurental.billing.selectors import operator_zone
+from gpurental.billing.services.autotopup import auto_topup_run
 from gpurental.billing.services.invoicing import invoices_generate
 from gpurental.billing.services.limits import limits_enforce
 from gpurental.billing.services.metering import meter_run
@@ -26,6 +27,8 @@ def meter() -> int:
 @app.task(name="gpurental.billing.tasks.enforce_limits", time_limit=120, soft_time_limit=100)
 def enforce_limits() -> int:
     now = timezone.now()
+    # Automatic top-ups first: a charge started now is credited when its webhook comes.
+    auto_topup_run(now=now)
     low_balance_check(now=now)
     return len(limits_enforce(now=now))
 

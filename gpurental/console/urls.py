@@ -68,6 +68,17 @@ urlpatterns = [
     path("credit/top-up/", views_billing_self.credit_topup, name="billing_credit_topup"),
     path("credit/redeem/", views_billing_self.credit_redeem, name="billing_credit_redeem"),
     path("credit/details/", views_billing_self.credit_details, name="billing_credit_details"),
+    path("credit/auto-top-up/", views_billing_self.credit_auto_topup, name="billing_auto_topup"),
+    path(
+        "credit/auto-top-up/card/",
+        views_billing_self.credit_auto_topup_card,
+        name="billing_auto_topup_card",
+    ),
+    path(
+        "credit/auto-top-up/card/remove/",
+        views_billing_self.credit_auto_topup_card_remove,
+        name="billing_auto_topup_card_remove",
+    ),
     path(
         "credit/payments/<uuid:payment_id>/",
         views_billing_self.payment_receipt,

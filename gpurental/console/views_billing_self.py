@@ -1,6 +1,7 @@
 """The console's credit page: the balance (voucher credit apart), "Add credit" (to the
-provider's checkout page), "Redeem a voucher", the payment history, receipts, and the
-billing details invoices are made out to."""
+provider's checkout page), automatic top-up (a saved card, threshold, amount, monthly
+cap), "Redeem a voucher", the payment history, receipts, and the billing details
+invoices are made out to."""
 
 from __future__ import annotations
 
@@ -12,9 +13,17 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from gpurental.billing.models import Payment, VoucherRedemption
+from gpurental.billing.models import AutoTopUpEvent, Payment, VoucherRedemption
 from gpurental.billing.payments import PaymentUnavailable, unavailable_reason
 from gpurental.billing.selectors import balance_of
+from gpurental.billing.services.autotopup import (
+    AutoTopUpRefused,
+    auto_topup_card_remove,
+    auto_topup_card_start,
+    auto_topup_configure,
+    auto_topup_month,
+    auto_topup_of,
+)
 from gpurental.billing.services.details import billing_details_update
 from gpurental.billing.services.payments import PaymentRefused, payment_start
 from gpurental.billing.services.vouchers import (
@@ -32,6 +41,39 @@ class TopUpForm(forms.Form):
         max_value=settings.PAYMENT_MAX_AMOUNT,
         help_text=f"In {settings.BILLING_CURRENCY}, from {settings.PAYMENT_MIN_AMOUNT} "
         f"to {settings.PAYMENT_MAX_AMOUNT}",
+    )
+
+
+class AutoTopUpForm(forms.Form):
+    enabled = forms.BooleanField(required=False, label="On")
+    threshold = forms.DecimalField(
+        max_digits=12, decimal_places=2, min_value=0, help_text="Top up when below this"
+    )
+    amount = forms.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        min_value=settings.PAYMENT_MIN_AMOUNT,
+        max_value=settings.PAYMENT_MAX_AMOUNT,
+        help_text="Charged each time",
+    )
+    monthly_cap = forms.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        min_value=settings.PAYMENT_MIN_AMOUNT,
+        label="Monthly cap",
+        help_text="At most this much in a calendar month",
+    )
+
+
+def _auto_topup_form(user) -> AutoTopUpForm:
+    row = auto_topup_of(user=user)
+    return AutoTopUpForm(
+        initial={
+            "enabled": row.enabled,
+            "threshold": row.threshold,
+            "amount": row.amount,
+            "monthly_cap": row.monthly_cap,
+        }
     )
 
 
@@ -68,7 +110,7 @@ def _details_form(user) -> BillingDetailsForm:
     )
 
 
-def _context(request, *, topup=None, redeem=None, details=None) -> dict:
+def _context(request, *, topup=None, redeem=None, details=None, auto=None) -> dict:
     now = timezone.now()
     credits, _ = voucher_waterfall(user=request.user, now=now)
     return {
@@ -82,6 +124,11 @@ def _context(request, *, topup=None, redeem=None, details=None) -> dict:
         "topup_form": topup or TopUpForm(),
         "redeem_form": redeem or RedeemForm(),
         "details_form": details or _details_form(request.user),
+        "auto_topup": auto_topup_of(user=request.user),
+        "auto_topup_form": auto or _auto_topup_form(request.user),
+        "auto_topup_month": auto_topup_month(user=request.user, now=now),
+        "auto_topup_events": AutoTopUpEvent.objects.filter(user=request.user)[:10],
+        "card": request.GET.get("card", ""),
         "topup_unavailable": unavailable_reason(),
         "currency": settings.BILLING_CURRENCY,
         "checkout": request.GET.get("checkout", ""),
@@ -134,6 +181,43 @@ def credit_redeem(request):
                 messages.info(request, f"You redeemed voucher {r.voucher.code} before.")
             return redirect("billing_credit")
     return render(request, "billing/credit.html", _context(request, redeem=form), status=400)
+
+
+@login_required
+@require_POST
+def credit_auto_topup(request):
+    form = AutoTopUpForm(request.POST)
+    if form.is_valid():
+        try:
+            auto_topup_configure(
+                user=request.user, ip=request.META.get("REMOTE_ADDR"), **form.cleaned_data
+            )
+        except AutoTopUpRefused as exc:
+            form.add_error(exc.field, exc.message)
+        else:
+            messages.success(request, "Automatic top-up saved.")
+            return redirect("billing_credit")
+    return render(request, "billing/credit.html", _context(request, auto=form), status=400)
+
+
+@login_required
+@require_POST
+def credit_auto_topup_card(request):
+    """To the provider's page to save a card; it is kept when the provider's webhook says so."""
+    try:
+        url = auto_topup_card_start(user=request.user, base_url=request.build_absolute_uri("/"))
+    except PaymentUnavailable as exc:
+        messages.error(request, str(exc))
+        return redirect("billing_credit")
+    return redirect(url)
+
+
+@login_required
+@require_POST
+def credit_auto_topup_card_remove(request):
+    auto_topup_card_remove(user=request.user, ip=request.META.get("REMOTE_ADDR"))
+    messages.success(request, "Card removed; automatic top-up is off.")
+    return redirect("billing_credit")
 
 
 @login_required

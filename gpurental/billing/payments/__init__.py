@@ -2,7 +2,8 @@
 
 ``provider()`` gives the configured one (``PAYMENT_PROVIDER``: ``stripe`` or ``none``);
 Stripe is the one built. Alipay or WeChat Pay would be another module with the same
-two methods.
+methods (checkout, webhook parsing, and for automatic top-ups: card setup and an
+off-session charge).
 """
 
 from __future__ import annotations
@@ -10,17 +11,23 @@ from __future__ import annotations
 from django.conf import settings
 
 from gpurental.billing.payments.base import (
+    CardSetup,
+    ChargeResult,
     CheckoutSession,
     PaymentProvider,
     PaymentUnavailable,
+    SavedCard,
     VerifiedEvent,
     WebhookRefused,
 )
 
 __all__ = [
+    "CardSetup",
+    "ChargeResult",
     "CheckoutSession",
     "PaymentProvider",
     "PaymentUnavailable",
+    "SavedCard",
     "VerifiedEvent",
     "WebhookRefused",
     "provider",

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from gpurental.accounts.models import User
     from gpurental.billing.models import Payment
 
 
@@ -29,6 +30,34 @@ class CheckoutSession:
 
 
 @dataclass(frozen=True)
+class CardSetup:
+    """A hosted page where the customer saves a card for automatic top-ups."""
+
+    ref: str
+    url: str
+    customer_ref: str  # the provider's customer the card will belong to
+
+
+@dataclass(frozen=True)
+class SavedCard:
+    """A card the provider says was saved (from a verified event)."""
+
+    user_id: str
+    customer_ref: str
+    method_ref: str
+
+
+@dataclass(frozen=True)
+class ChargeResult:
+    """What the provider answered to an off-session charge. Never credit from this: only
+    the verified webhook credits. ``failure`` is set when the charge was refused."""
+
+    ref: str
+    status: str
+    failure: str = ""
+
+
+@dataclass(frozen=True)
 class VerifiedEvent:
     """A webhook event whose signature (and freshness) the provider has checked."""
 
@@ -42,6 +71,9 @@ class VerifiedEvent:
     currency: str = ""
     paid: bool = False
     handled: bool = True  # False: a type we do not act on
+    card: SavedCard | None = None  # a card saved for automatic top-ups
+    failed: bool = False  # an automatic top-up's charge failed (``failure`` says why)
+    failure: str = ""
     raw: dict = field(default_factory=dict, repr=False)
 
 
@@ -53,6 +85,19 @@ class PaymentProvider(Protocol):
     ) -> CheckoutSession:
         """Ask the provider for a hosted checkout page for ``payment`` (amount and currency
         from the row); raises ``PaymentUnavailable`` when the provider cannot be reached."""
+
+    def create_card_setup(
+        self, user: User, *, customer_ref: str, success_url: str, cancel_url: str, currency: str
+    ) -> CardSetup:
+        """A hosted page to save a card for off-session charges (creating the provider's
+        customer when ``customer_ref`` is empty); the card arrives by verified webhook."""
+
+    def card_label(self, method_ref: str) -> str:
+        """A short, non-secret label of a saved card ("visa ending 4242"); "" if unknown."""
+
+    def charge_saved(self, payment: Payment, *, customer_ref: str, method_ref: str) -> ChargeResult:
+        """Charge ``payment`` (amount and currency from the row) to the saved card without
+        the customer present; ``PaymentUnavailable`` when the provider cannot be reached."""
 
     def parse_webhook(self, payload: bytes, headers: dict[str, str]) -> VerifiedEvent:
         """Verify and read one webhook request; raises ``WebhookRefused`` for anything that

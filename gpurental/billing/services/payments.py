@@ -1,5 +1,7 @@
 """Top-ups: a pending Payment, the provider's checkout page, and the credit that only the
-provider's verified webhook adds (once per event id, once per payment)."""
+provider's verified webhook adds (once per event id, once per payment). Automatic
+top-ups (services/autotopup.py) are credited, failed and given their saved card here too,
+from the same verified events."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from django.utils import timezone
 
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
-from gpurental.billing.models import Payment, PaymentEvent, PaymentStatus
+from gpurental.billing.models import AutoTopUpEvent, Payment, PaymentEvent, PaymentStatus
 from gpurental.billing.payments import (
     PaymentProvider,
     VerifiedEvent,
@@ -23,6 +25,7 @@ from gpurental.billing.payments import (
     provider,
 )
 from gpurental.billing.selectors import balance_of
+from gpurental.billing.services.autotopup import auto_topup_card_saved, auto_topup_fail
 from gpurental.billing.services.credits import credit_add
 from gpurental.notifications.services import notify
 
@@ -116,6 +119,15 @@ def payment_event_apply(
     """Act on a verified event; returns (outcome, detail). Raises ``WebhookRefused`` for an
     event that names an unknown payment or disagrees with it (recorded and audited first)."""
     now = now or timezone.now()
+    if event.card is not None:
+        # Not under the transaction below: saving a card asks the provider for its label.
+        if not _record(event, PaymentEvent.Outcome.CARD_SAVED, "", None):
+            return "duplicate", f"event {event.id} was processed before; nothing done"
+        detail = auto_topup_card_saved(card=event.card, provider_name=event.provider)
+        PaymentEvent.objects.filter(provider=event.provider, event_id=event.id).update(
+            detail=detail[:500]
+        )
+        return PaymentEvent.Outcome.CARD_SAVED, detail
     with transaction.atomic():
         outcome, detail = _apply(event, ip_address=ip_address, now=now)
     if outcome == PaymentEvent.Outcome.REFUSED:
@@ -158,6 +170,11 @@ def _apply(event: VerifiedEvent, *, ip_address: str | None, now: datetime) -> tu
                 ip_address=ip_address,
             )
         return PaymentEvent.Outcome.REFUSED, problem
+    if event.failed:
+        if not _record(event, PaymentEvent.Outcome.FAILED, event.failure, payment):
+            return duplicate
+        auto_topup_fail(payment=payment, reason=event.failure, now=now)
+        return PaymentEvent.Outcome.FAILED, f"payment failed: {event.failure}"
     if not event.paid:
         detail = "checkout completed but not paid yet; waiting for async_payment_succeeded"
         _record(event, PaymentEvent.Outcome.IGNORED, detail, payment)
@@ -175,6 +192,13 @@ def _apply(event: VerifiedEvent, *, ip_address: str | None, now: datetime) -> tu
     )
     payment.status, payment.paid_at, payment.ledger_entry = PaymentStatus.PAID, now, entry
     payment.save(update_fields=["status", "paid_at", "ledger_entry"])
+    if payment.kind == Payment.Kind.AUTO:
+        AutoTopUpEvent.objects.create(
+            user_id=payment.user_id,
+            kind=AutoTopUpEvent.Kind.CREDITED,
+            payment=payment,
+            detail=f"{payment.amount} {payment.currency} credited",
+        )
     audit_record(
         action="payment.paid",
         obj=payment,
