@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from gpurental.accounts.admin_mixins import AuditedAdmin
+from gpurental.accounts.services import audit_record
 from gpurental.catalog.models import GPUModel, ImageAlias, ImageTemplate, Plan
 
 
@@ -51,6 +52,22 @@ class ImageTemplateAdmin(AuditedAdmin):
     list_filter = ["is_active"]
     search_fields = ["name", "slug", "image"]
     prepopulated_fields = {"slug": ["name"]}
+
+    def save_formset(self, request, form, formset, change):
+        # Aliases decide which image a launch runs: each one added, changed or removed is
+        # audited like the template itself.
+        before = {a.pk: a.name for a in formset.queryset} if formset.model is ImageAlias else {}
+        super().save_formset(request, form, formset, change)
+        if formset.model is not ImageAlias:
+            return
+        after = {a.pk: a.name for a in form.instance.aliases.all()}
+        if before != after:
+            audit_record(
+                action="admin.change",
+                actor=request.user,
+                obj=form.instance,
+                changes={"aliases": sorted(after.values()), "were": sorted(before.values())},
+            )
 
     @admin.display(description="aliases")
     def alias_names(self, obj: ImageTemplate) -> str:

@@ -155,3 +155,39 @@ def _plan(model):
     from tests.factories import PlanFactory
 
     return PlanFactory(gpu_model=model, gpu_count=1)
+
+
+def test_staff_add_an_alias_in_the_back_office_and_it_is_audited(pytorch, carol, client):
+    from gpurental.accounts.models import AuditEvent
+
+    client.force_login(carol)
+    url = f"/admin/catalog/imagetemplate/{pytorch.pk}/change/"
+    form = {
+        "slug": pytorch.slug,
+        "name": pytorch.name,
+        "image": pytorch.image,
+        "cpu_image": pytorch.cpu_image,
+        "port": 8888,
+        "http_ports": "",
+        "ssh_port": 2222,
+        "command": "[]",
+        "env": "{}",
+        "description": "",
+        "is_active": "on",
+        "aliases-TOTAL_FORMS": 2,
+        "aliases-INITIAL_FORMS": 1,
+        "aliases-MIN_NUM_FORMS": 0,
+        "aliases-MAX_NUM_FORMS": 1000,
+        "aliases-0-id": pytorch.aliases.get().pk,
+        "aliases-0-template": pytorch.pk,
+        "aliases-0-name": "pytorch-2.1",
+        "aliases-0-note": "",
+        "aliases-1-template": pytorch.pk,
+        "aliases-1-name": "pytorch",
+        "aliases-1-note": "the newest PyTorch",
+    }
+    response = client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert image_resolve("pytorch").template == pytorch
+    event = AuditEvent.objects.filter(action="admin.change", changes__has_key="aliases").get()
+    assert event.changes == {"aliases": ["pytorch", "pytorch-2.1"], "were": ["pytorch-2.1"]}
