@@ -395,3 +395,13 @@ def test_login_replaces_a_broken_config_file(api, sleeps, capsys, tmp_path):
 
     assert code == 0
     assert json.loads(path.read_text())["api_key"] == API_KEY
+
+
+def test_launch_by_an_alias_says_which_image_it_runs(logged_in, capsys):
+    reply = instance(status="pending", image="pytorch-2.13", image_alias="pytorch-2.1")
+    logged_in.reply("POST", "/api/v1/instances/", (201, reply))
+
+    code, out, err = run(capsys, "launch", "--gpu", "A10G", "--image", "pytorch-2.1", "--no-wait")
+
+    assert code == 0 and out.startswith("instance 7")
+    assert "gpurental: pytorch-2.1 is an alias of the image pytorch-2.13" in err

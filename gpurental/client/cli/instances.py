@@ -102,6 +102,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
             name=args.name,
             idle_stop_minutes=args.idle_stop,
         )
+        if instance.raw.get("image_alias") and not args.json:
+            # The article's "pytorch-2.1" and the like: say which image it stands for.
+            warn(f"{instance.raw['image_alias']} is an alias of the image {instance.image}")
         if not args.wait:
             if args.json:
                 print_json(instance.raw)
