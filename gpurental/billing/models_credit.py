@@ -293,6 +293,7 @@ class AutoTopUpEvent(models.Model):
         CARD_REMOVED = "card_removed", "Card removed"
         CHARGE_STARTED = "charge_started", "Charge started"
         CHARGE_FAILED = "charge_failed", "Charge failed"
+        CHARGE_UNANSWERED = "unanswered", "Provider did not answer; to be retried"
         CREDITED = "credited", "Credited"
         CAP_REACHED = "cap_reached", "Monthly cap reached"
 

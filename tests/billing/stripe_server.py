@@ -2,13 +2,14 @@
 (``STRIPE_API_BASE``); it records what it was sent. It knows ``POST /v1/checkout/sessions``
 (payment and setup mode), ``POST /v1/customers``, ``GET /v1/payment_methods/<id>`` and
 ``POST /v1/payment_intents`` (off-session charges: ``decline`` makes the next ones fail
-as Stripe's 402 card_error does, ``down`` answers 500). A repeated Idempotency-Key gets
-the first answer again, as at Stripe."""
+as Stripe's 402 card_error does, ``down`` drops the connection unanswered). A repeated
+Idempotency-Key gets the first answer again, as at Stripe."""
 
 from __future__ import annotations
 
 import json
 import secrets
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
@@ -34,6 +35,12 @@ class StripeLikeServer:
                         "idempotency_key": self.headers.get("Idempotency-Key", ""),
                     }
                 )
+                if outer.down:
+                    # No answer at all (as a timeout or a reset would look): nothing is
+                    # recorded against the idempotency key, as at Stripe.
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 key = self.headers.get("Idempotency-Key", "")
                 if key and key in outer.answered:
                     return self._answer(*outer.answered[key])
@@ -90,8 +97,6 @@ class StripeLikeServer:
         return [r for r in self.requests if r["path"] == "/v1/payment_intents"]
 
     def answer_post(self, path: str, form: dict) -> tuple[int, dict]:
-        if self.down:
-            return 500, {"error": {"type": "api_error", "message": "down for the test"}}
         if path == "/v1/customers":
             return 200, {"id": "cus_" + secrets.token_hex(8), "object": "customer"}
         if path == "/v1/payment_intents":

@@ -10,7 +10,7 @@ import json
 import secrets
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -225,7 +225,7 @@ def test_lowering_the_cap_below_what_was_taken_stops_the_month_without_undoing_i
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_checks_at_once_start_one_charge(stripe_api, alice):
+def test_two_checks_at_once_make_one_payment_and_one_charge(stripe_api, alice):
     row = AutoTopUp.objects.create(
         user=alice, provider="stripe", customer_ref="cus_x", payment_method_ref="pm_card_visa"
     )
@@ -249,10 +249,12 @@ def test_two_checks_at_once_start_one_charge(stripe_api, alice):
     for t in threads:
         t.join()
     assert not errors
-    assert len([r for r in results if r is not None]) == 1
-    assert Payment.objects.filter(user=alice).count() == 1
+    [payment] = Payment.objects.filter(user=alice)
+    # A check that finds the charge asked for and not yet answered asks again for the
+    # same payment, with the same idempotency key: one charge at the provider.
+    assert {r.pk for r in results if r is not None} == {payment.pk}
+    assert {r["idempotency_key"] for r in stripe_api.intents} == {f"auto-topup-{payment.id}"}
     assert AutoTopUpMonth.objects.get(user=alice).charged == Decimal("50.00")
-    assert len(stripe_api.intents) == 1
 
 
 @pytest.mark.parametrize(
@@ -281,18 +283,40 @@ def test_a_refused_card_fails_gives_the_amount_back_and_turns_it_off(
     assert "turned off" in client.get("/credit/").content.decode()
 
 
-def test_a_provider_that_does_not_answer_leaves_it_on_for_the_next_pass(client, stripe_api, alice):
+def test_an_unanswered_charge_is_asked_again_with_the_same_idempotency_key(
+    client, stripe_api, alice
+):
     save_card(client, alice, stripe_api)
     turn_on(alice)
     stripe_api.down = True
     assert auto_topup_run(now=NOV) == 1
     payment = Payment.objects.get(user=alice)
-    assert payment.status == PaymentStatus.FAILED and "did not answer" in payment.failure
+    # Maybe charged, maybe not: neither failed nor given back, and nothing new is started.
+    assert payment.status == PaymentStatus.PENDING and payment.provider_ref == ""
     assert AutoTopUp.objects.get(user=alice).enabled
-    assert AutoTopUpMonth.objects.get(user=alice).charged == 0
+    assert AutoTopUpMonth.objects.get(user=alice).charged == Decimal("50.00")
+    assert AutoTopUpEvent.objects.filter(user=alice, kind=Kind.CHARGE_UNANSWERED).exists()
     stripe_api.down = False
     assert auto_topup_run(now=NOV) == 1
-    assert Payment.objects.filter(user=alice, status=PaymentStatus.PENDING).count() == 1
+    assert Payment.objects.filter(user=alice).count() == 1
+    keys = {r["idempotency_key"] for r in stripe_api.intents}
+    assert keys == {f"auto-topup-{payment.id}"}
+    payment.refresh_from_db()
+    assert payment.provider_ref.startswith("pi_")
+    assert post_signed(client, intent_event(payment)).json()["outcome"] == "credited"
+    assert AutoTopUpMonth.objects.get(user=alice).charged == Decimal("50.00")
+
+
+def test_a_charge_never_answered_for_a_day_is_given_up(client, stripe_api, alice):
+    save_card(client, alice, stripe_api)
+    turn_on(alice)
+    stripe_api.down = True
+    auto_topup_run(now=NOV)
+    auto_topup_run(now=NOV + timedelta(hours=24))
+    payment = Payment.objects.get(user=alice)
+    assert payment.status == PaymentStatus.FAILED and "did not answer for a day" in payment.failure
+    assert AutoTopUpMonth.objects.get(user=alice).charged == 0
+    assert AutoTopUp.objects.get(user=alice).enabled
 
 
 def test_a_failure_reported_later_by_webhook_fails_it_once(client, stripe_api, alice):

@@ -7,7 +7,9 @@ never more than the monthly cap in a calendar month (the operator's zone).
   balance changes). Under a row lock on the settings it reserves the amount in the
   month's ``AutoTopUpMonth`` row, whose check constraint refuses anything past the cap,
   and records a pending ``Payment``; one may be pending at a time (a partial unique
-  index). The provider is asked outside the transaction.
+  index). The provider is asked outside the transaction, with the payment's id as
+  idempotency key; a charge it never answered is asked again on the next pass with the
+  same key, so a lost answer cannot become a second charge.
 - Credit still comes only from the verified ``payment_intent.succeeded`` webhook (the
   same path as checkout top-ups, in ``services/payments.py``); a refused charge gives its
   amount back to the month and is recorded.
@@ -16,7 +18,7 @@ never more than the monthly cap in a calendar month (the operator's zone).
 from __future__ import annotations
 
 import logging
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
@@ -41,6 +43,9 @@ from gpurental.billing.selectors import balance_of, operator_zone
 
 log = logging.getLogger(__name__)
 CENT = Decimal("0.01")
+# How long a charge the provider never answered is asked again (Stripe keeps an
+# idempotency key for 24 hours), before it is failed and its amount given back.
+UNANSWERED_GIVE_UP = timedelta(hours=23)
 
 
 class AutoTopUpRefused(ValueError):
@@ -208,63 +213,96 @@ def auto_topup_check(
     *, user: User, now: datetime | None = None, gateway: PaymentProvider | None = None
 ) -> Payment | None:
     """Charge the saved card when the balance is below the threshold, nothing is already
-    in flight and the month's cap allows it; returns the payment started, if any."""
+    in flight and the month's cap allows it (or ask again for a charge the provider never
+    answered); returns the payment asked for, if any."""
     now = now or timezone.now()
     with transaction.atomic():
         row = AutoTopUp.objects.select_for_update().filter(user=user, enabled=True).first()
-        if row is None or balance_of(user=user) >= row.threshold:
+        if row is None:
             return None
-        if Payment.objects.filter(
+        pending = Payment.objects.filter(
             user=user, kind=Payment.Kind.AUTO, status=PaymentStatus.PENDING
-        ).exists():
-            return None
-        month, _ = AutoTopUpMonth.objects.get_or_create(
-            user=user, month=month_of(now), defaults={"cap": row.monthly_cap}
-        )
-        # The reservation against the cap: refused here when it would pass it, and by the
-        # table's check constraint should anything else try.
-        reserved = AutoTopUpMonth.objects.filter(
-            pk=month.pk, charged__lte=F("cap") - row.amount
-        ).update(charged=F("charged") + row.amount)
-        if not reserved:
-            if AutoTopUpMonth.objects.filter(pk=month.pk, cap_reached_at__isnull=True).update(
-                cap_reached_at=now
-            ):
-                _event(
-                    user.pk,
-                    AutoTopUpEvent.Kind.CAP_REACHED,
-                    f"{month.charged} of {month.cap} {settings.BILLING_CURRENCY} taken in "
-                    f"{month.month:%Y-%m}; no more automatic top-ups this month",
-                )
-            return None
-        payment = Payment.objects.create(
-            user=user,
-            kind=Payment.Kind.AUTO,
-            provider=row.provider,
-            amount=row.amount,
-            currency=settings.BILLING_CURRENCY,
-            created_at=now,
-        )
-        _event(
-            user.pk,
-            AutoTopUpEvent.Kind.CHARGE_STARTED,
-            f"{payment.amount} {payment.currency} to {row.card_label}",
-            payment,
-        )
+        ).first()
+        if pending is not None:
+            if pending.provider_ref:
+                return None  # the provider has it: wait for its webhook
+            if now - pending.created_at > UNANSWERED_GIVE_UP:
+                give_up = pending
+                payment = None
+            else:
+                # Asked before and never answered: ask again with the same payment, so the
+                # same idempotency key, so at most one charge whatever happened the first time.
+                give_up, payment = None, pending
+        else:
+            give_up, payment = None, _reserve_and_start(row, user=user, now=now)
+            if payment is None:
+                return None
         customer_ref, method_ref = row.customer_ref, row.payment_method_ref
+    if give_up is not None:
+        auto_topup_fail(
+            payment=give_up,
+            reason="the payment provider did not answer for a day; given up (a charge it "
+            "confirms later is still credited)",
+            card_refused=False,
+            now=now,
+        )
+        return None
     # The slow call, outside the lock; the provider's idempotency key is the payment id.
     try:
         result = (gateway or provider()).charge_saved(
             payment, customer_ref=customer_ref, method_ref=method_ref
         )
     except PaymentUnavailable as exc:
-        auto_topup_fail(payment=payment, reason=str(exc), card_refused=False)
+        # Not failed: the charge may have reached the provider. The next pass asks again
+        # with the same idempotency key (kept by Stripe for 24 hours).
+        _event(user.pk, AutoTopUpEvent.Kind.CHARGE_UNANSWERED, str(exc), payment)
         return payment
     if result.ref:
         Payment.objects.filter(pk=payment.pk, provider_ref="").update(provider_ref=result.ref)
         payment.provider_ref = result.ref
     if result.failure:
         auto_topup_fail(payment=payment, reason=result.failure)
+    return payment
+
+
+def _reserve_and_start(row: AutoTopUp, *, user: User, now: datetime) -> Payment | None:
+    """Under the settings' row lock: below the threshold and within the month's cap,
+    reserve the amount in the month and record the pending payment."""
+    if balance_of(user=user) >= row.threshold:
+        return None
+    month, _ = AutoTopUpMonth.objects.get_or_create(
+        user=user, month=month_of(now), defaults={"cap": row.monthly_cap}
+    )
+    # The reservation against the cap: refused here when it would pass it, and by the
+    # table's check constraint should anything else try.
+    reserved = AutoTopUpMonth.objects.filter(
+        pk=month.pk, charged__lte=F("cap") - row.amount
+    ).update(charged=F("charged") + row.amount)
+    if not reserved:
+        if AutoTopUpMonth.objects.filter(pk=month.pk, cap_reached_at__isnull=True).update(
+            cap_reached_at=now
+        ):
+            _event(
+                user.pk,
+                AutoTopUpEvent.Kind.CAP_REACHED,
+                f"{month.charged} of {month.cap} {settings.BILLING_CURRENCY} taken in "
+                f"{month.month:%Y-%m}; no more automatic top-ups this month",
+            )
+        return None
+    payment = Payment.objects.create(
+        user=user,
+        kind=Payment.Kind.AUTO,
+        provider=row.provider,
+        amount=row.amount,
+        currency=settings.BILLING_CURRENCY,
+        created_at=now,
+    )
+    _event(
+        user.pk,
+        AutoTopUpEvent.Kind.CHARGE_STARTED,
+        f"{payment.amount} {payment.currency} to {row.card_label}",
+        payment,
+    )
     return payment
 
 
@@ -318,7 +356,10 @@ def auto_topup_run(*, now: datetime | None = None) -> int:
     due = (
         AutoTopUp.objects.filter(enabled=True)
         .annotate(balance=Coalesce(Subquery(balance), Value(Decimal(0))))
-        .filter(Q(balance__lt=F("threshold")) & ~Exists(pending))
+        .filter(
+            (Q(balance__lt=F("threshold")) & ~Exists(pending))
+            | Exists(pending.filter(provider_ref=""))  # unanswered: ask again
+        )
         .select_related("user")
     )
     started = 0
