@@ -41,6 +41,7 @@ from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
 from gpurental.client.payments import PaymentsMixin
 from gpurental.client.sshkeys import SSHKeys
+from gpurental.client.webhooks import Webhooks
 
 USER_AGENT = f"gpurental-client/{__version__}"
 # Answers that mean "try again shortly": a proxy or the server is restarting or busy.
@@ -115,6 +116,12 @@ class Client(GroupsMixin, PaymentsMixin):
     def ssh_keys(self) -> SSHKeys:
         """Your SSH public keys: ``.list()``, ``.get(id)``, ``.add(line or Path)``, ``.delete(id)``."""
         return SSHKeys(self)
+
+    @property
+    def webhooks(self) -> Webhooks:
+        """Outgoing webhooks: ``.list()``, ``.create(url)``, ``.delete(id)``, ``.deliveries()``,
+        ``.resend(delivery_id)``."""
+        return Webhooks(self)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"

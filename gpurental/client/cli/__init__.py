@@ -12,6 +12,8 @@
     gpurental idle-stop ID MINUTES|off
     gpurental ssh ID [--print] [-- SSH ARGS…]
     gpurental ssh-keys [list] | ssh-keys add FILE [--name NAME] | ssh-keys delete ID
+    gpurental webhooks [list] | webhooks add URL [--events E1,E2] [--description TEXT]
+    gpurental webhooks delete ID | webhooks deliveries [--endpoint ID] | webhooks resend ID
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]
     gpurental reservations
     gpurental cancel-reservation ID [--yes]
@@ -64,6 +66,7 @@ from gpurental.client.cli import (
     payments,
     reservations,
     ssh,
+    webhooks,
 )
 from gpurental.client.cli.args import Handler
 from gpurental.client.cli.exit_codes import (
@@ -141,7 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # In this order in `gpurental --help`.
-    for group in (account, instances, ssh, reservations, dedicated, groups, billing, payments):
+    for group in (
+        account,
+        instances,
+        ssh,
+        reservations,
+        dedicated,
+        groups,
+        billing,
+        payments,
+        webhooks,
+    ):
         group.add_commands(command)
     return parser
 
