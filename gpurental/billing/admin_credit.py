@@ -1,12 +1,21 @@
-"""Back-office for paying in: vouchers (staff create them), payments and webhook events
-(read only: they are the record of what the provider said)."""
+"""Back-office for paying in: vouchers (staff create them), payments, webhook events and
+automatic top-ups (read only: they are the record of what the provider and the customer
+said)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from gpurental.accounts.admin_mixins import AuditedAdmin, ReadOnlyAdmin
-from gpurental.billing.models import Payment, PaymentEvent, Voucher, VoucherRedemption
+from gpurental.billing.models import (
+    AutoTopUp,
+    AutoTopUpEvent,
+    AutoTopUpMonth,
+    Payment,
+    PaymentEvent,
+    Voucher,
+    VoucherRedemption,
+)
 
 
 class VoucherRedemptionInline(admin.TabularInline):
@@ -72,10 +81,11 @@ class PaymentAdmin(ReadOnlyAdmin):
         "amount",
         "currency",
         "status",
+        "kind",
         "created_at",
         "paid_at",
     ]
-    list_filter = ["status", "provider"]
+    list_filter = ["status", "kind", "provider"]
     search_fields = ["user__email", "provider_ref"]
 
 
@@ -84,3 +94,23 @@ class PaymentEventAdmin(ReadOnlyAdmin):
     list_display = ["received_at", "provider", "event_id", "event_type", "outcome", "payment"]
     list_filter = ["outcome", "provider", "event_type"]
     search_fields = ["event_id"]
+
+
+@admin.register(AutoTopUp)
+class AutoTopUpAdmin(ReadOnlyAdmin):
+    list_display = ["user", "enabled", "threshold", "amount", "monthly_cap", "card_label"]
+    list_filter = ["enabled", "provider"]
+    search_fields = ["user__email", "customer_ref"]
+
+
+@admin.register(AutoTopUpMonth)
+class AutoTopUpMonthAdmin(ReadOnlyAdmin):
+    list_display = ["user", "month", "charged", "cap", "cap_reached_at"]
+    search_fields = ["user__email"]
+
+
+@admin.register(AutoTopUpEvent)
+class AutoTopUpEventAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "user", "kind", "payment", "detail"]
+    list_filter = ["kind"]
+    search_fields = ["user__email", "detail"]
