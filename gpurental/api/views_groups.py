@@ -10,6 +10,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from gpurental.api import serializers_groups as s
@@ -103,8 +104,12 @@ class GroupViewSet(
         queryset = groups_visible_to(user=request.user, with_ready=True)
         if request.query_params.get("deleted", "").lower() not in ("1", "true", "yes"):
             queryset = queryset.exclude(status=Group.Status.DELETED)
-        if request.query_params.get("name"):
-            queryset = queryset.filter(name=request.query_params["name"])
+        if name := request.query_params.get("name"):
+            if "\x00" in name or len(name) > 200:
+                raise ValidationError(
+                    {"name": ["a group name: no NUL byte, at most 200 characters"]}
+                )
+            queryset = queryset.filter(name=name)
         page = self.paginate_queryset(queryset.order_by("name", "created_at"))
         return self.get_paginated_response(s.GroupSerializer(page, many=True).data)
 

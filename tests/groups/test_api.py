@@ -293,3 +293,11 @@ def client_for_scopes(alice, group_catalog):
         return client
 
     return make
+
+
+def test_a_name_filter_postgresql_cannot_hold_is_a_400_naming_it(as_alice):
+    # Found by the schema fuzz: a NUL byte reached the query and PostgreSQL refused it (500).
+    response = as_alice.get("/api/v1/groups/", {"name": "a\x00b"})
+    body = assert_error(response, 400, "invalid")
+    assert "name" in body["fields"]
+    assert as_alice.get("/api/v1/groups/", {"name": "nope"}).json()["results"] == []
