@@ -58,6 +58,7 @@ from gpurental.rentals.exceptions import (
 )
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services import lifecycle
+from gpurental.rentals.services.transitions import status_move
 
 log = logging.getLogger(__name__)
 L = LeaseStatus
@@ -68,23 +69,9 @@ SECOND = timedelta(seconds=1)
 # --- building blocks ----------------------------------------------------------
 
 
-def _event(
-    lease: Lease, to: str, *, reason: str, now: datetime, actor: User | None = None, **fields
-) -> None:
+def _event(lease: Lease, to: str, **kwargs) -> None:
     """Move the lease (locked by the caller) to ``to`` and record it."""
-    old = lease.status
-    lease.status = to
-    for key, value in fields.items():
-        setattr(lease, key, value)
-    lease.save(update_fields=["status", *fields])
-    LeaseEvent.objects.create(
-        lease=lease,
-        from_status=old if old != to else "",
-        to_status=to,
-        reason=reason,
-        actor=actor if actor is not None and actor.pk else None,
-        created_at=now,
-    )
+    status_move(lease, to, event_model=LeaseEvent, **kwargs)
 
 
 def _lock(lease: Lease | str, *, skip_locked: bool = False) -> Lease | None:

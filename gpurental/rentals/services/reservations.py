@@ -46,6 +46,7 @@ from gpurental.rentals.models import (
 )
 from gpurental.rentals.services import lifecycle
 from gpurental.rentals.services.scheduling import gpus_reserve
+from gpurental.rentals.services.transitions import status_move
 
 log = logging.getLogger(__name__)
 R = ReservationStatus
@@ -85,29 +86,9 @@ def _check_period(start: datetime, end: datetime, now: datetime) -> None:
         )
 
 
-def _event(
-    reservation: Reservation,
-    to: str,
-    *,
-    reason: str,
-    now: datetime,
-    actor: User | None = None,
-    **fields,
-) -> None:
+def _event(reservation: Reservation, to: str, **kwargs) -> None:
     """Move the reservation (locked by the caller) to ``to`` and record it."""
-    old = reservation.status
-    reservation.status = to
-    for key, value in fields.items():
-        setattr(reservation, key, value)
-    reservation.save(update_fields=["status", *fields])
-    ReservationEvent.objects.create(
-        reservation=reservation,
-        from_status=old if old != to else "",
-        to_status=to,
-        reason=reason,
-        actor=actor if actor is not None and actor.pk else None,
-        created_at=now,
-    )
+    status_move(reservation, to, event_model=ReservationEvent, **kwargs)
 
 
 def _lock(reservation: Reservation | str, *, skip_locked: bool = False) -> Reservation | None:
