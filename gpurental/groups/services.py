@@ -244,7 +244,7 @@ class Replicas:
         replicas = (
             group.replicas.exclude(status=S.TERMINATED)
             .select_related("host")
-            .order_by("created_at")
+            .order_by("created_at", "pk")  # replicas of one tick share a time
         )
         for r in replicas:
             old = r.image_id != group.image_id or r.plan_id != group.plan_id

@@ -99,7 +99,7 @@ def make_group(alice, serving, gateway, gateway_port, agent, control_worker):
 
 
 def replicas(group, **filters):
-    return list(Instance.objects.filter(group=group, **filters).order_by("created_at"))
+    return list(Instance.objects.filter(group=group, **filters).order_by("created_at", "pk"))
 
 
 def reasons(group, kind):

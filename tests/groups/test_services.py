@@ -69,7 +69,7 @@ def replicas(group, role=None, status=None):
         found = found.filter(group_role=role)
     if status:
         found = found.filter(status=status)
-    return list(found.order_by("created_at"))
+    return list(found.order_by("created_at", "pk"))  # as Replicas.of orders them
 
 
 def run(instance):
