@@ -36,6 +36,11 @@ def default_gpu_quota() -> int:
     return settings.DEFAULT_GPU_QUOTA
 
 
+class AccountKind(models.TextChoices):
+    PERSON = "person", "person"
+    TEAM = "team", "team"
+
+
 class User(AbstractBaseUser, PermissionsMixin):
     """A customer or a member of the operator's staff; logs in with an e-mail address."""
 
@@ -44,6 +49,18 @@ class User(AbstractBaseUser, PermissionsMixin):
     company = models.CharField(max_length=150, blank=True)
     billing_address = models.TextField(
         max_length=500, blank=True, help_text="Postal address printed on invoices (any script)."
+    )
+    kind = models.CharField(
+        max_length=8,
+        choices=AccountKind.choices,
+        default=AccountKind.PERSON,
+        help_text="A person logs in; a team account only holds a team's balance and objects.",
+    )
+    language = models.CharField(
+        max_length=10,
+        blank=True,
+        choices=[("en", "English"), ("zh-hans", "简体中文")],
+        help_text="The console's language; empty follows the browser.",
     )
     is_staff = models.BooleanField(default=False, help_text="Can use the back-office.")
     is_active = models.BooleanField(default=True)
