@@ -22,6 +22,9 @@
     gpurental dedicated-plans
     gpurental lease PLAN (--hours H | --end TIME) [--start TIME] [--host-network]
     gpurental leases | lease-launch ID --image SLUG | lease-end ID | lease-cancel ID
+    gpurental redeem CODE | topup AMOUNT | payments
+    gpurental autotopup [show] | autotopup set [--threshold X] [--amount Y] [--cap Z]
+    gpurental autotopup off | autotopup card [--remove]
     gpurental usage [--month YYYY-MM] [--csv]
     gpurental invoices
     gpurental invoice ID [--pdf FILE | --csv FILE]

@@ -1,4 +1,4 @@
-"""Paying in: redeem a voucher, start a top-up, list payments."""
+"""Paying in: redeem a voucher, start a top-up, list payments, automatic top-up."""
 
 from __future__ import annotations
 
@@ -60,9 +60,94 @@ def cmd_payments(args: argparse.Namespace) -> int:
     return OK
 
 
+def _say_auto_topup(data: dict) -> None:
+    cur = data.get("currency") or ""
+    card = data.get("card") or "none saved (gpurental autotopup card)"
+    if data.get("enabled"):
+        say(
+            f"automatic top-up: on: below {money(data.get('threshold'), cur)}, "
+            f"{money(data.get('amount'), cur)} at a time, "
+            f"at most {money(data.get('monthly_cap'), cur)} a month"
+        )
+    else:
+        say("automatic top-up: off")
+    say(f"card: {card}")
+    say(f"taken this month: {money(data.get('month_charged'), cur)}")
+
+
+def cmd_autotopup_show(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        data = client.auto_topup()
+    if args.json:
+        print_json(data)
+    else:
+        _say_auto_topup(data)
+    return OK
+
+
+def cmd_autotopup_set(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        now = client.auto_topup()
+        data = client.set_auto_topup(
+            enabled=not args.off,
+            threshold=args.threshold if args.threshold is not None else now["threshold"],
+            amount=args.amount if args.amount is not None else now["amount"],
+            monthly_cap=args.cap if args.cap is not None else now["monthly_cap"],
+        )
+    if args.json:
+        print_json(data)
+    else:
+        _say_auto_topup(data)
+    return OK
+
+
+def cmd_autotopup_card(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        if args.remove:
+            client.remove_card()
+            data = {"removed": True}
+        else:
+            data = {"setup_url": client.save_card()}
+    if args.json:
+        print_json(data)
+    elif args.remove:
+        say("card removed; automatic top-up is off")
+    else:
+        say("save the card for automatic top-ups at:")
+        say(data["setup_url"])
+    return OK
+
+
 def add_commands(command: AddCommand) -> None:
     p = command("redeem", cmd_redeem, "redeem a voucher code for credit")
     p.add_argument("code")
     p = command("topup", cmd_topup, "start a card top-up; prints the checkout URL to pay at")
     p.add_argument("amount", help="how much credit to buy, e.g. 20.00")
     command("payments", cmd_payments, "list your top-ups and their status")
+    auto = command(
+        "autotopup",
+        cmd_autotopup_show,
+        "automatic top-up: show, set [--threshold --amount --cap], off, card [--remove]",
+    )
+    sub = auto.add_subparsers(dest="autotopup_command", metavar="show|set|off|card")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
+    )
+    sub.add_parser("show", help="the settings and this month's total", parents=[common])
+    sub.choices["show"].set_defaults(handler=cmd_autotopup_show)
+    turn_on = sub.add_parser(
+        "set", help="turn it on (unnamed values stay as they are)", parents=[common]
+    )
+    turn_on.add_argument("--threshold", help="top up when the balance is below this")
+    turn_on.add_argument("--amount", help="charged each time")
+    turn_on.add_argument("--cap", help="at most this much in a calendar month")
+    turn_on.set_defaults(handler=cmd_autotopup_set, off=False)
+    sub.add_parser("off", help="turn it off (the card stays saved)", parents=[common]).set_defaults(
+        handler=cmd_autotopup_set, off=True, threshold=None, amount=None, cap=None
+    )
+    card = sub.add_parser(
+        "card", help="print the page to save a card at; --remove forgets it", parents=[common]
+    )
+    card.add_argument("--remove", action="store_true", help="forget the saved card")
+    card.set_defaults(handler=cmd_autotopup_card)
