@@ -142,9 +142,13 @@ MIDDLEWARE = [
     "gpurental.observability.middleware.RequestIdMiddleware",  # first: every line has the id
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The language: cookie (the switcher), then Accept-Language, then LANGUAGE_CODE...
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # ...but a logged-in user's saved choice (User.language) comes before both.
+    "gpurental.accounts.middleware.UserLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -222,7 +226,12 @@ LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LOGOUT_REDIRECT_URL = "/"
 
-LANGUAGE_CODE = "en-us"
+# The console speaks English (the default, for a browser that asks for neither) and
+# Simplified Chinese. Project templates' catalogue lives in LOCALE_PATHS; each app keeps its
+# own under gpurental/<app>/locale/. scripts/check_i18n.py (make lint) keeps them complete.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")  # the operator's: off-peak windows are in it
 USE_I18N = True
 USE_TZ = True

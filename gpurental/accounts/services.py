@@ -306,3 +306,15 @@ def signup_confirm(*, token: str, ip: str | None = None) -> User | None:
         user.save()
         audit_record(action="user.signup", actor=user, obj=user, ip_address=ip)
     return user
+
+
+def user_language_set(*, user: User, language: str) -> User:
+    """The console's language for ``user``: a code from settings.LANGUAGES, or "" to
+    follow the browser again."""
+    from django.conf import settings
+
+    if language and language not in dict(settings.LANGUAGES):
+        raise ValueError(f"language {language!r} is not one of {sorted(dict(settings.LANGUAGES))}")
+    User.objects.filter(pk=user.pk).update(language=language)
+    user.language = language
+    return user

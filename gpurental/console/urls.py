@@ -6,12 +6,14 @@ from gpurental.console import (
     views_baremetal,
     views_billing_self,
     views_groups,
+    views_language,
     views_notifications,
     views_sshkeys,
 )
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("language/", views_language.language_set, name="language_set"),
     path("signup/", views.signup, name="signup"),
     path("signup/confirm/<str:token>/", views.signup_confirm_view, name="signup_confirm"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
