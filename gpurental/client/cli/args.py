@@ -64,3 +64,20 @@ def month_arg(value: str) -> str:
     if not re.fullmatch(r"[0-9]{4}-(0[1-9]|1[0-2])", value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a month: use YYYY-MM, e.g. 2026-10")
     return value
+
+
+def subcommands(parser: argparse.ArgumentParser, dest: str, metavar: str) -> AddCommand:
+    """Subcommands under ``parser`` (``gpurental webhooks add …``): the returned function
+    registers one (name, handler, help), with its own ``--json`` that leaves a
+    ``gpurental --json webhooks add …`` alone, and returns its parser."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar)
+
+    def add(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    return add

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from gpurental.client.cli.account import logged_in_client
-from gpurental.client.cli.args import AddCommand
+from gpurental.client.cli.args import AddCommand, subcommands
 from gpurental.client.cli.exit_codes import OK, UNEXPECTED, USAGE, UsageError
 from gpurental.client.cli.output import confirm, money, print_json, say, table, warn, when
 from gpurental.client.groups import EXTENSIONS, FORMATS, Group, format_of
@@ -197,15 +197,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def add_commands(command: AddCommand) -> None:
     p = command("group", _usage, "elastic groups: apply a spec, quote, list, show, delete")
-    sub = p.add_subparsers(dest="group_command", metavar="SUBCOMMAND")
-
-    def sub_command(name: str, handler, help: str) -> argparse.ArgumentParser:
-        q = sub.add_parser(name, help=help, description=help)
-        q.add_argument(
-            "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
-        )
-        q.set_defaults(handler=handler)
-        return q
+    sub_command = subcommands(p, "group_command", "SUBCOMMAND")
 
     for name, handler, help in (
         ("apply", cmd_apply, "create the group a spec names, or change what differs"),

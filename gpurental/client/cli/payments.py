@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpurental.client.cli.account import logged_in_client
-from gpurental.client.cli.args import AddCommand
+from gpurental.client.cli.args import AddCommand, subcommands
 from gpurental.client.cli.exit_codes import OK
 from gpurental.client.cli.output import money, print_json, say, table
 
@@ -129,25 +129,15 @@ def add_commands(command: AddCommand) -> None:
         cmd_autotopup_show,
         "automatic top-up: show, set [--threshold --amount --cap], off, card [--remove]",
     )
-    sub = auto.add_subparsers(dest="autotopup_command", metavar="show|set|off|card")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
-    )
-    sub.add_parser("show", help="the settings and this month's total", parents=[common])
-    sub.choices["show"].set_defaults(handler=cmd_autotopup_show)
-    turn_on = sub.add_parser(
-        "set", help="turn it on (unnamed values stay as they are)", parents=[common]
-    )
+    sub = subcommands(auto, "autotopup_command", "show|set|off|card")
+    sub("show", cmd_autotopup_show, "the settings and this month's total")
+    turn_on = sub("set", cmd_autotopup_set, "turn it on (unnamed values stay as they are)")
     turn_on.add_argument("--threshold", help="top up when the balance is below this")
     turn_on.add_argument("--amount", help="charged each time")
     turn_on.add_argument("--cap", help="at most this much in a calendar month")
-    turn_on.set_defaults(handler=cmd_autotopup_set, off=False)
-    sub.add_parser("off", help="turn it off (the card stays saved)", parents=[common]).set_defaults(
-        handler=cmd_autotopup_set, off=True, threshold=None, amount=None, cap=None
+    turn_on.set_defaults(off=False)
+    sub("off", cmd_autotopup_set, "turn it off (the card stays saved)").set_defaults(
+        off=True, threshold=None, amount=None, cap=None
     )
-    card = sub.add_parser(
-        "card", help="print the page to save a card at; --remove forgets it", parents=[common]
-    )
+    card = sub("card", cmd_autotopup_card, "print the page to save a card at; --remove forgets it")
     card.add_argument("--remove", action="store_true", help="forget the saved card")
-    card.set_defaults(handler=cmd_autotopup_card)

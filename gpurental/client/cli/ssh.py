@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpurental.client.cli.account import logged_in_client
-from gpurental.client.cli.args import AddCommand
+from gpurental.client.cli.args import AddCommand, subcommands
 from gpurental.client.cli.exit_codes import INVALID_STATE, OK, UsageError
 from gpurental.client.cli.output import print_json, say, table, warn, when
 
@@ -119,20 +119,10 @@ def add_commands(command: AddCommand) -> None:
     p.add_argument("ssh_args", nargs=argparse.REMAINDER, help="-- then more arguments for ssh")
 
     keys = command("ssh-keys", cmd_ssh_keys_list, "your SSH public keys: list, add FILE, delete ID")
-    sub = keys.add_subparsers(dest="ssh_keys_command", metavar="list|add|delete")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
-    )
-    sub.add_parser("list", help="list your SSH keys", parents=[common]).set_defaults(
-        handler=cmd_ssh_keys_list
-    )
-    add = sub.add_parser(
-        "add", help="add a public key (a .pub file, or - for stdin)", parents=[common]
-    )
+    sub = subcommands(keys, "ssh_keys_command", "list|add|delete")
+    sub("list", cmd_ssh_keys_list, "list your SSH keys")
+    add = sub("add", cmd_ssh_keys_add, "add a public key (a .pub file, or - for stdin)")
     add.add_argument("file", help="e.g. ~/.ssh/id_ed25519.pub, or - to read stdin")
     add.add_argument("--name", help="what it is (default: the key's comment)")
-    add.set_defaults(handler=cmd_ssh_keys_add)
-    delete = sub.add_parser("delete", help="delete a key by its id", parents=[common])
+    delete = sub("delete", cmd_ssh_keys_delete, "delete a key by its id")
     delete.add_argument("id", help="SSH key id (gpurental ssh-keys list)")
-    delete.set_defaults(handler=cmd_ssh_keys_delete)

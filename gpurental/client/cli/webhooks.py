@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpurental.client.cli.account import logged_in_client
-from gpurental.client.cli.args import AddCommand
+from gpurental.client.cli.args import AddCommand, subcommands
 from gpurental.client.cli.exit_codes import OK
 from gpurental.client.cli.output import print_json, say, table, when
 
@@ -100,29 +100,15 @@ def add_commands(command: AddCommand) -> None:
         cmd_webhooks_list,
         "your webhook endpoints: list, add URL, delete ID, deliveries, resend DELIVERY_ID",
     )
-    sub = hooks.add_subparsers(dest="webhooks_command", metavar="list|add|delete|deliveries|resend")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout"
-    )
-    sub.add_parser("list", help="list your webhook endpoints", parents=[common]).set_defaults(
-        handler=cmd_webhooks_list
-    )
-    add = sub.add_parser(
-        "add", help="register an endpoint (prints its signing secret once)", parents=[common]
-    )
+    sub = subcommands(hooks, "webhooks_command", "list|add|delete|deliveries|resend")
+    sub("list", cmd_webhooks_list, "list your webhook endpoints")
+    add = sub("add", cmd_webhooks_add, "register an endpoint (prints its signing secret once)")
     add.add_argument("url", help="https://… on a public address")
     add.add_argument("--events", help="comma-separated event names (default: every event)")
     add.add_argument("--description", help="what it is for")
-    add.set_defaults(handler=cmd_webhooks_add)
-    delete = sub.add_parser("delete", help="delete an endpoint by its id", parents=[common])
+    delete = sub("delete", cmd_webhooks_delete, "delete an endpoint by its id")
     delete.add_argument("id", help="endpoint id (gpurental webhooks list)")
-    delete.set_defaults(handler=cmd_webhooks_delete)
-    deliveries = sub.add_parser(
-        "deliveries", help="the delivery log, newest first", parents=[common]
-    )
+    deliveries = sub("deliveries", cmd_webhooks_deliveries, "the delivery log, newest first")
     deliveries.add_argument("--endpoint", help="only this endpoint's deliveries (its id)")
-    deliveries.set_defaults(handler=cmd_webhooks_deliveries)
-    resend = sub.add_parser("resend", help="send a delivery again now", parents=[common])
+    resend = sub("resend", cmd_webhooks_resend, "send a delivery again now")
     resend.add_argument("id", help="delivery id (gpurental webhooks deliveries)")
-    resend.set_defaults(handler=cmd_webhooks_resend)
