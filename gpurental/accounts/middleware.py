@@ -5,8 +5,9 @@ LocaleMiddleware has already picked one from the language cookie or Accept-Langu
 An empty choice follows the browser.
 """
 
-from django.conf import settings
 from django.utils import translation
+
+from gpurental.accounts.languages import chosen_language
 
 
 class UserLanguageMiddleware:
@@ -15,8 +16,8 @@ class UserLanguageMiddleware:
 
     def __call__(self, request):
         user = getattr(request, "user", None)
-        chosen = getattr(user, "language", "") if user is not None else ""
-        if chosen and user.is_authenticated and chosen in dict(settings.LANGUAGES):
+        chosen = chosen_language(user) if user is not None and user.is_authenticated else ""
+        if chosen:
             translation.activate(chosen)
             request.LANGUAGE_CODE = translation.get_language()
         return self.get_response(request)

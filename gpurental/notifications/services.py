@@ -16,8 +16,9 @@ from django.core.mail import EmailMultiAlternatives
 from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
+from gpurental.accounts.languages import language_for
 from gpurental.accounts.models import User
 from gpurental.notifications import webhooks
 from gpurental.notifications.events import EVENTS
@@ -81,7 +82,9 @@ def notify(user: User, event: str, *, dedupe_key: str = "", **context) -> list[N
     leave from Celery tasks after the surrounding transaction commits; a failure here is
     logged and never breaks the caller (a stop or a failure must happen all the same)."""
     try:
-        return _notify(user, event, dedupe_key=dedupe_key, **context)
+        # In the user's language: the subject and the bodies are written now, not when sent.
+        with translation.override(language_for(user)):
+            return _notify(user, event, dedupe_key=dedupe_key, **context)
     except Exception:
         log.exception("notification %s for user %s could not be prepared", event, user.pk)
         return []
