@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
@@ -25,7 +26,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed(
-                "the Authorization header must be 'Bearer <API key>', with one key and no spaces"
+                _("the Authorization header must be 'Bearer <API key>', with one key and no spaces")
             )
         try:
             raw = parts[1].decode("ascii")
@@ -35,8 +36,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if key is None:
             # One answer for unknown, malformed and revoked keys: nothing to learn from it.
             raise exceptions.AuthenticationFailed(
-                "the API key in the Authorization header is not valid: it is unknown, revoked "
-                "or expired"
+                _(
+                    "the API key in the Authorization header is not valid: it is unknown, "
+                    "revoked or expired"
+                )
             )
         user = key.user
         if ApiKeyScope.STAFF not in key.scopes:

@@ -15,6 +15,7 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, JsonResponse
 from django.urls import Resolver404, resolve
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -66,23 +67,31 @@ def _validation_message(fields: dict[str, list[str]]) -> str:
     for field, messages in fields.items():
         text = " ".join(messages)
         parts.append(text if field == NON_FIELD else f"{field}: {text}")
-    return "; ".join(parts) or "the request is not valid"
+    return "; ".join(parts) or _("the request is not valid")
 
 
 def _message(exc: exceptions.APIException, request, view) -> str:
     if isinstance(exc, exceptions.NotAuthenticated):
-        return (
+        return _(
             "authentication required: send 'Authorization: Bearer <API key>' "
             "(create a key in the console or with POST /api/v1/api-keys/) or log in"
         )
     if isinstance(exc, exceptions.MethodNotAllowed):
         allowed = ", ".join(m for m in getattr(view, "allowed_methods", []) if m != "OPTIONS")
-        return f"method {request.method} is not allowed on {request.path}; allowed: {allowed}"
+        return _("method %(method)s is not allowed on %(path)s; allowed: %(allowed)s") % {
+            "method": request.method,
+            "path": request.path,
+            "allowed": allowed,
+        }
     if isinstance(exc, exceptions.Throttled):
         wait = int(exc.wait) if exc.wait is not None else None
-        later = f"; retry in {wait} seconds" if wait is not None else "; retry later"
-        reason = getattr(exc, "reason", "the API rate limit was reached")
-        return f"too many requests: {reason}{later}"
+        reason = getattr(exc, "reason", None) or _("the API rate limit was reached")
+        if wait is None:
+            return _("too many requests: %(reason)s; retry later") % {"reason": reason}
+        return _("too many requests: %(reason)s; retry in %(wait)s seconds") % {
+            "reason": reason,
+            "wait": wait,
+        }
     return str(exc.detail)
 
 
@@ -124,7 +133,10 @@ def exception_handler(exc, context):
         return Response(
             error_body(
                 "server_error",
-                "the server failed to handle this request; the error was logged, please retry later",
+                _(
+                    "the server failed to handle this request; the error was logged, "
+                    "please retry later"
+                ),
             ),
             status=status.HTTP_500_INTERNAL_SERVER_ERROR,
         )
@@ -142,14 +154,16 @@ def exception_handler(exc, context):
 @csrf_exempt
 def not_found(request, *args, **kwargs):
     """Any URL under /api/ that matches no endpoint: JSON 404, not Django's HTML page."""
-    message = f"there is no API endpoint at {request.path}"
+    message = _("there is no API endpoint at %(path)s") % {"path": request.path}
     if not request.path.endswith("/"):
         try:
             match = resolve(request.path + "/")
         except (Resolver404, Http404):
             match = None
         if match is not None and match.func is not not_found:
-            message += f"; did you mean {request.path}/ (with the trailing slash)?"
+            message += _("; did you mean %(path)s/ (with the trailing slash)?") % {
+                "path": request.path
+            }
     else:
-        message += "; the API lives under /api/v1/ and is described at /api/docs/"
+        message += _("; the API lives under /api/v1/ and is described at /api/docs/")
     return JsonResponse(error_body("not_found", message), status=status.HTTP_404_NOT_FOUND)

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
@@ -50,7 +51,9 @@ class IdempotencyKeyInvalid(exceptions.APIException):
     default_code = "invalid"
 
     def __init__(self, message: str):
-        super().__init__(f"{HEADER} header: {message}")
+        super().__init__(
+            _("%(header)s header: %(message)s") % {"header": HEADER, "message": message}
+        )
         self.fields = {HEADER: [message]}
 
 
@@ -78,7 +81,7 @@ def _jsonable(data):
 
 def _claim(*, user, key: str, method: str, path: str, request_hash: str, now: datetime):
     """The pending row this request now owns, or the stored Response to replay."""
-    for _ in range(3):
+    for _attempt in range(3):
         try:
             # Its own transaction, committed at once: concurrent duplicates must see it.
             with transaction.atomic():
@@ -100,13 +103,19 @@ def _claim(*, user, key: str, method: str, path: str, request_hash: str, now: da
             continue
         if (existing.method, existing.path) != (method, path):
             raise IdempotencyKeyReused(
-                f"{HEADER} {key!r} was already used for {existing.method} {existing.path}; "
-                "send a new key with each new request"
+                _(
+                    "%(header)s %(key)r was already used for %(method)s %(path)s; "
+                    "send a new key with each new request"
+                )
+                % {"header": HEADER, "key": key, "method": existing.method, "path": existing.path}
             )
         if existing.request_hash != request_hash:
             raise IdempotencyKeyReused(
-                f"{HEADER} {key!r} was already used for {method} {path} with a different body; "
-                "send a new key with each new request"
+                _(
+                    "%(header)s %(key)r was already used for %(method)s %(path)s with a "
+                    "different body; send a new key with each new request"
+                )
+                % {"header": HEADER, "key": key, "method": method, "path": path}
             )
         if existing.is_pending:
             taken_over = IdempotencyKey.objects.filter(
@@ -118,8 +127,11 @@ def _claim(*, user, key: str, method: str, path: str, request_hash: str, now: da
                 existing.created_at = now
                 return existing
             raise IdempotencyKeyInProgress(
-                f"a request with {HEADER} {key!r} is still being processed; "
-                "retry in a moment to get its answer"
+                _(
+                    "a request with %(header)s %(key)r is still being processed; "
+                    "retry in a moment to get its answer"
+                )
+                % {"header": HEADER, "key": key}
             )
         return Response(
             existing.response_body,
@@ -127,7 +139,8 @@ def _claim(*, user, key: str, method: str, path: str, request_hash: str, now: da
             headers={"Idempotent-Replayed": "true"},
         )
     raise IdempotencyKeyInProgress(
-        f"a request with {HEADER} {key!r} is changing right now; retry in a moment"
+        _("a request with %(header)s %(key)r is changing right now; retry in a moment")
+        % {"header": HEADER, "key": key}
     )
 
 
@@ -137,7 +150,7 @@ def run(request, handler: Callable[[], Response], *, redact=None) -> Response:
     if key is None:
         return handler()
     if not KEY_PATTERN.fullmatch(key):
-        raise IdempotencyKeyInvalid("must be 1 to 255 visible ASCII characters, e.g. a UUID")
+        raise IdempotencyKeyInvalid(_("must be 1 to 255 visible ASCII characters, e.g. a UUID"))
     claimed = _claim(
         user=request.user,
         key=key,
@@ -187,5 +200,5 @@ def idempotent(view_method=None, *, redact: Callable[[dict], dict] | None = None
 def idempotency_keys_purge(*, now: datetime | None = None) -> int:
     """Delete keys older than ``KEY_TTL``; meant for a periodic job."""
     now = now or timezone.now()
-    deleted, _ = IdempotencyKey.objects.filter(created_at__lt=now - KEY_TTL).delete()
+    deleted, _kinds = IdempotencyKey.objects.filter(created_at__lt=now - KEY_TTL).delete()
     return deleted

@@ -11,6 +11,7 @@ A console session is not a key: it has its user's own rights.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
@@ -37,8 +38,7 @@ class KeyScopes(BasePermission):
         needed = scopes_needed(getattr(view, "scope_area", "catalog"), request.method)
         if needed & set(key.scopes):
             return True
-        self.message = (
-            f"this API key may not do that: it needs the {' or '.join(sorted(needed))} scope, "
-            f"and has {', '.join(key.scopes)}"
-        )
+        self.message = _(
+            "this API key may not do that: it needs the %(needed)s scope, and has %(has)s"
+        ) % {"needed": " or ".join(sorted(needed)), "has": ", ".join(key.scopes)}
         return False

@@ -7,6 +7,9 @@ from decimal import ROUND_HALF_UP
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -26,6 +29,13 @@ from gpurental.rentals.selectors import HELD, free_gpus
 from gpurental.telemetry.selectors import instance_usage
 
 MODEL_REPOS = ["huggingface"]
+
+# DRF fills in {input} when it raises; the list of statuses is appended as it is (codes).
+STATUS_CHOICE_ERROR = format_lazy(
+    "{} {}",
+    gettext_lazy("{input!r} is not an instance status; choose one of:"),
+    ", ".join(InstanceStatus.values),
+)
 
 
 class CurrencyField(serializers.ReadOnlyField):
@@ -304,10 +314,7 @@ class InstanceListQuerySerializer(serializers.Serializer):
         choices=InstanceStatus.choices,
         required=False,
         help_text="Only instances in this status",
-        error_messages={
-            "invalid_choice": "{input!r} is not an instance status; choose one of: "
-            + ", ".join(InstanceStatus.values)
-        },
+        error_messages={"invalid_choice": STATUS_CHOICE_ERROR},
     )
 
 
@@ -320,10 +327,7 @@ class InstanceWaitQuerySerializer(serializers.Serializer):
         required=False,
         help_text="Long-poll: answer when the instance reaches this status (or failed, lost "
         "or terminated), or when `timeout` runs out, with the state it is in then",
-        error_messages={
-            "invalid_choice": "{input!r} is not an instance status; choose one of: "
-            + ", ".join(InstanceStatus.values)
-        },
+        error_messages={"invalid_choice": STATUS_CHOICE_ERROR},
     )
     timeout = serializers.FloatField(
         required=False,
@@ -335,7 +339,7 @@ class InstanceWaitQuerySerializer(serializers.Serializer):
 
 
 def _choices(values) -> str:
-    return ", ".join(values) or "none"
+    return ", ".join(values) or _("none")
 
 
 def gpu_model_named(value: str) -> GPUModel:
@@ -348,12 +352,13 @@ def gpu_model_named(value: str) -> GPUModel:
         return matches[0]
     if len(matches) > 1:
         raise serializers.ValidationError(
-            f"{value!r} matches several GPU models; use a slug: "
-            + _choices(sorted(m.slug for m in matches))
+            _("%(value)r matches several GPU models; use a slug: %(slugs)s")
+            % {"value": value, "slugs": _choices(sorted(m.slug for m in matches))}
         )
     known = [f"{m.slug} ({m.short_name})" for m in GPUModel.objects.order_by("slug")]
     raise serializers.ValidationError(
-        f"unknown GPU model {value!r}; choose one of: {_choices(known)}"
+        _("unknown GPU model %(value)r; choose one of: %(known)s")
+        % {"value": value, "known": _choices(known)}
     )
 
 
@@ -362,7 +367,8 @@ def _image_resolved(value: str) -> ResolvedImage:
     resolved = image_resolve(value)
     if resolved is None:
         raise serializers.ValidationError(
-            f"unknown image {value!r}; choose one of: {_choices(image_names_offered())}"
+            _("unknown image %(value)r; choose one of: %(known)s")
+            % {"value": value, "known": _choices(image_names_offered())}
         )
     return resolved
 
@@ -395,8 +401,8 @@ class GpuChoiceSerializer(serializers.Serializer):
         if plan is None:
             offered = Plan.objects.filter(is_active=True).order_by("slug")
             raise serializers.ValidationError(
-                f"unknown plan {value!r}; choose one of: "
-                + _choices(offered.values_list("slug", flat=True))
+                _("unknown plan %(value)r; choose one of: %(known)s")
+                % {"value": value, "known": _choices(offered.values_list("slug", flat=True))}
             )
         return plan
 
@@ -405,11 +411,16 @@ class GpuChoiceSerializer(serializers.Serializer):
             for other in ("gpu_model", "gpu_count"):
                 if other in attrs:
                     raise serializers.ValidationError(
-                        {other: [f"a plan fixes the GPU model and count; send plan or {other}"]}
+                        {
+                            other: [
+                                _("a plan fixes the GPU model and count; send plan or %(field)s")
+                                % {"field": other}
+                            ]
+                        }
                     )
         elif "gpu_model" not in attrs:
             raise serializers.ValidationError(
-                {"gpu_model": ["send a gpu_model (with a gpu_count) or a plan"]}
+                {"gpu_model": [_("send a gpu_model (with a gpu_count) or a plan")]}
             )
         return attrs
 
@@ -442,7 +453,9 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
         allow_null=True,
         help_text="huggingface: mount the host's shared Hugging Face model cache read-only",
         error_messages={
-            "invalid_choice": "{input!r} is not supported; the only model_repo is 'huggingface'"
+            "invalid_choice": gettext_lazy(
+                "{input!r} is not supported; the only model_repo is 'huggingface'"
+            )
         },
     )
     idle_stop_minutes = serializers.IntegerField(

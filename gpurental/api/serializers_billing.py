@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from rest_framework import serializers
 
 from gpurental.api.serializers import CurrencyField, _amount, _hours
@@ -16,7 +18,7 @@ class MonthQuerySerializer(serializers.Serializer):
         r"^[0-9]{4}-[0-9]{2}$",
         required=False,
         help_text="YYYY-MM; default: this month in the operator's time zone",
-        error_messages={"invalid": "use YYYY-MM, e.g. 2026-10"},
+        error_messages={"invalid": gettext_lazy("use YYYY-MM, e.g. 2026-10")},
     )
 
     def validate_month(self, value: str) -> str:
@@ -24,7 +26,9 @@ class MonthQuerySerializer(serializers.Serializer):
             year, month = int(value[:4]), int(value[5:])
             local_month(year, month, operator_zone())
         except (ValueError, OverflowError):
-            raise serializers.ValidationError("no such month; use YYYY-MM, e.g. 2026-10") from None
+            raise serializers.ValidationError(
+                _("no such month; use YYYY-MM, e.g. 2026-10")
+            ) from None
         return value
 
     def year_month(self) -> tuple[int, int]:

@@ -6,6 +6,8 @@ from datetime import UTC, timedelta
 
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -31,7 +33,7 @@ class AwareDateTimeField(serializers.DateTimeField):
     """An ISO 8601 instant with its offset: a bare wall-clock time is refused, not guessed."""
 
     default_error_messages = {
-        "naive": "add a time zone: e.g. 2026-12-03T10:00Z or 2026-12-03T11:00+01:00",
+        "naive": gettext_lazy("add a time zone: e.g. 2026-12-03T10:00Z or 2026-12-03T11:00+01:00"),
     }
 
     def __init__(self, **kwargs):
@@ -196,16 +198,20 @@ class AvailabilityQuerySerializer(serializers.Serializer):
     def validate_hours(self, value: int) -> int:
         most = settings.RESERVATION_HORIZON_DAYS * 24
         if value > most:
-            raise serializers.ValidationError(f"at most {most} hours (the booking horizon)")
+            raise serializers.ValidationError(
+                _("at most %(most)s hours (the booking horizon)") % {"most": most}
+            )
         return value
 
     def validate_start(self, value):
         now = self.context["now"]
         if value < now.replace(minute=0, second=0, microsecond=0):
-            raise serializers.ValidationError("must not be before the current hour")
+            raise serializers.ValidationError(_("must not be before the current hour"))
         horizon = settings.RESERVATION_HORIZON_DAYS
         if value > now + timedelta(days=horizon):
-            raise serializers.ValidationError(f"must be within {horizon} days from now")
+            raise serializers.ValidationError(
+                _("must be within %(days)s days from now") % {"days": horizon}
+            )
         return value
 
 

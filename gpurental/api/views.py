@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Prefetch, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
@@ -65,14 +67,14 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class LookupMixin:
     """``get_object`` with one 404 message for "no such object" and "not yours"."""
 
-    noun = "object"
+    noun = gettext_lazy("object")
 
     def get_object(self):
         queryset = self.filter_queryset(self.get_queryset())
         value = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
         obj = queryset.filter(**{self.lookup_field: value}).first()
         if obj is None:
-            raise NotFound(f"there is no {self.noun} {value}")
+            raise NotFound(_("there is no %(noun)s %(id)s") % {"noun": self.noun, "id": value})
         self.check_object_permissions(self.request, obj)
         return obj
 
@@ -98,7 +100,7 @@ class OwnedMixin(LookupMixin):
 class GPUModelViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
     """GPU models with their specs and how many are free now."""
 
-    noun = "GPU model"
+    noun = gettext_lazy("GPU model")
     serializer_class = s.GPUModelSerializer
     lookup_field = "slug"
     lookup_value_regex = SLUG_RE
@@ -114,7 +116,7 @@ class GPUModelViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
 class PlanViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
     """Plans on offer: N GPUs of a model with CPU, memory and disk, at an hourly rate."""
 
-    noun = "plan"
+    noun = gettext_lazy("plan")
     serializer_class = s.PlanSerializer
     lookup_field = "slug"
     lookup_value_regex = SLUG_RE
@@ -125,7 +127,7 @@ class PlanViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
 class ImageViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
     """Container images to launch (JupyterLab with a framework)."""
 
-    noun = "image"
+    noun = gettext_lazy("image")
     serializer_class = s.ImageSerializer
     lookup_field = "slug"
     lookup_value_regex = SLUG_RE
@@ -167,7 +169,7 @@ class InstanceViewSet(
 
     scope_area = "instances"
 
-    noun = "instance"
+    noun = gettext_lazy("instance")
     lookup_value_regex = UUID_RE
 
     def get_queryset(self):
@@ -215,8 +217,11 @@ class InstanceViewSet(
         with wait_slot(str(request.user.pk), limit, ttl=2 * s.WAIT_TIMEOUT_MAX) as allowed:
             if not allowed:
                 raise TooMany(
-                    f"{limit} long-polls of yours are already waiting; wait on fewer "
-                    "instances at once (or read without wait_for)",
+                    _(
+                        "%(limit)s long-polls of yours are already waiting; wait on fewer "
+                        "instances at once (or read without wait_for)"
+                    )
+                    % {"limit": limit},
                     wait=1,
                 )
             seen, changed = wait_for_status(
@@ -356,7 +361,7 @@ class ApiKeyViewSet(
 
     scope_area = "account"
     model = ApiKey
-    noun = "API key"
+    noun = gettext_lazy("API key")
     serializer_class = s.ApiKeySerializer
 
     @extend_schema(

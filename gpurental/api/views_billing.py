@@ -10,6 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db.models import Prefetch
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
@@ -98,7 +99,7 @@ class InvoiceViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
 
     scope_area = "billing"
 
-    noun = "invoice"
+    noun = gettext_lazy("invoice")
     serializer_class = s.InvoiceSerializer
     lookup_value_regex = ID_RE
 

@@ -7,6 +7,8 @@ the ``instances`` scope to change them (``read`` to look).
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -54,14 +56,15 @@ SPEC_BODY = {
 def _spec_source(data) -> tuple[dict | str, str | None]:
     """The request body → (a spec dict, or text and its format)."""
     if not isinstance(data, dict):
-        raise specs.SpecError("send a JSON object: a spec, or {format, source}", field="spec")
+        raise specs.SpecError(_("send a JSON object: a spec, or {format, source}"), field="spec")
     if "source" in data:
         form = s.GroupSourceSerializer(data=data)
         form.is_valid(raise_exception=True)
         extra = sorted(set(data) - {"source", "format"})
         if extra:
             raise specs.SpecError(
-                f"with source, only format may be sent beside it (not {extra[0]!r})",
+                _("with source, only format may be sent beside it (not %(field)r)")
+                % {"field": extra[0]},
                 field=extra[0],
             )
         return form.validated_data["source"], form.validated_data.get("format")
@@ -81,7 +84,7 @@ class GroupViewSet(
 
     scope_area = "instances"
 
-    noun = "group"
+    noun = gettext_lazy("group")
     lookup_value_regex = UUID_RE
 
     def get_queryset(self):
@@ -107,7 +110,7 @@ class GroupViewSet(
         if name := request.query_params.get("name"):
             if "\x00" in name or len(name) > 200:
                 raise ValidationError(
-                    {"name": ["a group name: no NUL byte, at most 200 characters"]}
+                    {"name": [_("a group name: no NUL byte, at most 200 characters")]}
                 )
             queryset = queryset.filter(name=name)
         page = self.paginate_queryset(queryset.order_by("name", "created_at"))

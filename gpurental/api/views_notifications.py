@@ -4,6 +4,8 @@ customer's endpoint or delivery is a 404 worded as if it did not exist."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -35,7 +37,7 @@ class WebhookEndpointViewSet(
 
     scope_area = "account"
     model = WebhookEndpoint
-    noun = "webhook endpoint"
+    noun = gettext_lazy("webhook endpoint")
     serializer_class = s.WebhookEndpointSerializer
 
     @extend_schema(
@@ -124,7 +126,12 @@ class WebhookDeliveryViewSet(
             if not exists:
                 # A bad filter value: a 400 naming the parameter (the list itself exists).
                 raise ValidationError(
-                    {"endpoint": [f"{endpoint!r} is not one of your webhook endpoints' ids"]}
+                    {
+                        "endpoint": [
+                            _("%(value)r is not one of your webhook endpoints' ids")
+                            % {"value": endpoint}
+                        ]
+                    }
                 )
         return super().list(request, *args, **kwargs)
 
@@ -146,7 +153,7 @@ class NotificationViewSet(OwnedMixin, mixins.ListModelMixin, viewsets.GenericVie
 
     scope_area = "account"
     model = Notification
-    noun = "notification"
+    noun = gettext_lazy("notification")
     serializer_class = s.NotificationSerializer
 
 
@@ -170,7 +177,10 @@ class NotificationPreferenceViewSet(viewsets.ViewSet):
 
     def _event(self, event: str) -> str:
         if event not in EVENTS:
-            raise NotFound(f"there is no event {event}; events are: {', '.join(EVENTS)}")
+            raise NotFound(
+                _("there is no event %(event)s; events are: %(events)s")
+                % {"event": event, "events": ", ".join(EVENTS)}
+            )
         return event
 
     @extend_schema(summary="One event's preference", responses=s.PreferenceSerializer)

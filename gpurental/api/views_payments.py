@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import APIException, ValidationError
@@ -39,7 +40,7 @@ class PaymentsUnavailable(APIException):
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "payments_unavailable"
-    default_detail = "top-up is not available"
+    default_detail = gettext_lazy("top-up is not available")
 
 
 @extend_schema(tags=["billing"])
@@ -52,7 +53,7 @@ class PaymentViewSet(
     """Your top-ups. Credit is added when the payment provider confirms the payment."""
 
     scope_area = "billing"
-    noun = "payment"
+    noun = gettext_lazy("payment")
     serializer_class = s.PaymentSerializer
     lookup_value_regex = UUID_RE
 

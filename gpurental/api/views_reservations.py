@@ -12,6 +12,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -42,7 +43,7 @@ class ReservationViewSet(
 
     scope_area = "reservations"
 
-    noun = "reservation"
+    noun = gettext_lazy("reservation")
     serializer_class = s.ReservationSerializer
     lookup_value_regex = UUID_RE
 

@@ -3,6 +3,7 @@ is a 404 worded as if it did not exist."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import ValidationError
@@ -28,7 +29,7 @@ class SSHKeyViewSet(
 
     scope_area = "account"
     model = SSHKey
-    noun = "SSH key"
+    noun = gettext_lazy("SSH key")
     serializer_class = s.SSHKeySerializer
 
     @extend_schema(
