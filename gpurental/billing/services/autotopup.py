@@ -27,6 +27,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
@@ -63,19 +64,24 @@ def month_of(now: datetime) -> date:
 
 def _money(value, *, field: str, low: Decimal, high: Decimal | None = None) -> Decimal:
     cur = settings.BILLING_CURRENCY
-    rule = f"a number of {cur} from {low:.2f}" + (f" to {high:.2f}" if high is not None else "")
-    rule += ", at most 2 decimals"
+    values = {"cur": cur, "low": f"{low:.2f}", "high": f"{high:.2f}" if high is not None else ""}
+    if high is not None:
+        rule = _("a number of %(cur)s from %(low)s to %(high)s, at most 2 decimals") % values
+    else:
+        rule = _("a number of %(cur)s from %(low)s, at most 2 decimals") % values
     try:
         amount = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
-        raise AutoTopUpRefused(f"must be {rule}", field=field) from None
+        raise AutoTopUpRefused(_("must be %(rule)s") % {"rule": rule}, field=field) from None
     if (
         not amount.is_finite()
         or amount != amount.quantize(CENT)
         or amount < low
         or (high is not None and amount > high)
     ):
-        raise AutoTopUpRefused(f"must be {rule}; got {value}", field=field)
+        raise AutoTopUpRefused(
+            _("must be %(rule)s; got %(value)s") % {"rule": rule, "value": value}, field=field
+        )
     return amount.quantize(CENT)
 
 
@@ -112,14 +118,16 @@ def auto_topup_configure(
     cap = _money(monthly_cap, field="monthly_cap", low=low)
     if cap < amount:
         raise AutoTopUpRefused(
-            f"must be at least the amount ({amount:.2f}); got {cap:.2f}", field="monthly_cap"
+            _("must be at least the amount (%(amount)s); got %(cap)s")
+            % {"amount": f"{amount:.2f}", "cap": f"{cap:.2f}"},
+            field="monthly_cap",
         )
     with transaction.atomic():
         AutoTopUp.objects.get_or_create(user=user)
         row = AutoTopUp.objects.select_for_update().get(user=user)
         if enabled and not row.payment_method_ref:
             raise AutoTopUpRefused(
-                "save a card first (Credit page → Automatic top-up → Save a card)",
+                _("save a card first (Credit page → Automatic top-up → Save a card)"),
                 field="enabled",
             )
         before = (row.enabled, row.threshold, row.amount, row.monthly_cap)
@@ -270,7 +278,7 @@ def _reserve_and_start(row: AutoTopUp, *, user: User, now: datetime) -> Payment 
     reserve the amount in the month and record the pending payment."""
     if balance_of(user=user) >= row.threshold:
         return None
-    month, _ = AutoTopUpMonth.objects.get_or_create(
+    month, _created = AutoTopUpMonth.objects.get_or_create(
         user=user, month=month_of(now), defaults={"cap": row.monthly_cap}
     )
     # The reservation against the cap: refused here when it would pass it, and by the

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
@@ -44,13 +45,23 @@ class PaymentRefused(ValueError):
 def _amount(value) -> Decimal:
     cur = settings.BILLING_CURRENCY
     low, high = settings.PAYMENT_MIN_AMOUNT, settings.PAYMENT_MAX_AMOUNT
-    rule = f"a number of {cur} from {low:.2f} to {high:.2f}, at most 2 decimals"
+    rule = {"cur": cur, "low": f"{low:.2f}", "high": f"{high:.2f}", "value": value}
     try:
         amount = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
-        raise PaymentRefused(f"must be {rule}", field="amount") from None
+        raise PaymentRefused(
+            _("must be a number of %(cur)s from %(low)s to %(high)s, at most 2 decimals") % rule,
+            field="amount",
+        ) from None
     if not amount.is_finite() or amount != amount.quantize(CENT) or not low <= amount <= high:
-        raise PaymentRefused(f"must be {rule}; got {value}", field="amount")
+        raise PaymentRefused(
+            _(
+                "must be a number of %(cur)s from %(low)s to %(high)s, at most 2 decimals; "
+                "got %(value)s"
+            )
+            % rule,
+            field="amount",
+        )
     return amount.quantize(CENT)
 
 

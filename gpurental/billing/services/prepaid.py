@@ -11,6 +11,7 @@ from decimal import ROUND_CEILING, Decimal
 
 from django.conf import settings
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.billing.exceptions import InsufficientBalance
@@ -42,13 +43,33 @@ def launch_allowed(*, user: User, plan: Plan, now: datetime | None = None) -> No
     cur = settings.BILLING_CURRENCY
     # Display only (nothing is posted): the shortfall is rounded up, so adding it is enough.
     shortfall = (needed - available).quantize(CENT, rounding=ROUND_CEILING)
-    limit = f" and a credit limit of {user.credit_limit:.2f} {cur}" if user.credit_limit else ""
-    also = f" besides the {running:.2f} {cur}/h you run already" if running else ""
+    values = {
+        "cur": cur,
+        "balance": quantize_money(balance),
+        "limit": f"{user.credit_limit:.2f}",
+        "plan": plan.slug,
+        "rate": f"{plan.hourly_rate:.2f}",
+        "running": f"{running:.2f}",
+        "minutes": minutes,
+        "needed": f"{needed.quantize(CENT, rounding=ROUND_CEILING):.2f}",
+        "shortfall": f"{shortfall:.2f}",
+    }
+    if user.credit_limit:
+        has = _("your balance is %(balance)s %(cur)s and a credit limit of %(limit)s %(cur)s")
+    else:
+        has = _("your balance is %(balance)s %(cur)s")
+    if running:
+        costs = _(
+            "plan %(plan)s costs %(rate)s %(cur)s/h besides the %(running)s %(cur)s/h you run already"
+        )
+    else:
+        costs = _("plan %(plan)s costs %(rate)s %(cur)s/h")
     raise InsufficientBalance(
-        f"your balance is {quantize_money(balance)} {cur}{limit}; "
-        f"plan {plan.slug} costs {plan.hourly_rate:.2f} {cur}/h{also}, and a launch needs "
-        f"{minutes} minutes paid ahead ({needed.quantize(CENT, rounding=ROUND_CEILING):.2f} {cur}). "
-        f"Add at least {shortfall:.2f} {cur} of credit.",
+        _(
+            "%(has)s; %(costs)s, and a launch needs %(minutes)s minutes paid ahead "
+            "(%(needed)s %(cur)s). Add at least %(shortfall)s %(cur)s of credit."
+        )
+        % {**values, "has": has % values, "costs": costs % values},
         field="plan",
     )
 

@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
@@ -62,26 +63,31 @@ def voucher_redeem(*, user: User, code: str, now: datetime | None = None) -> Red
 def _redeem(*, user: User, code: str, now: datetime) -> Redeemed:
     text = normalize_code(code)
     if not text:
-        raise VoucherRefused("enter a voucher code")
+        raise VoucherRefused(_("enter a voucher code"))
     with transaction.atomic():
         voucher = Voucher.objects.filter(code=text).first()
         if voucher is None:
-            raise VoucherRefused(f"no voucher has the code {text}; check it for typos")
+            raise VoucherRefused(
+                _("no voucher has the code %(code)s; check it for typos") % {"code": text}
+            )
         earlier = VoucherRedemption.objects.filter(voucher=voucher, user=user).first()
         if earlier is not None:
             return Redeemed(earlier, created=False)
         if now >= voucher.expires_at:
             raise VoucherRefused(
-                f"voucher {text} expired on {voucher.expires_at:%Y-%m-%d %H:%M} UTC; "
-                "it can no longer be redeemed"
+                _("voucher %(code)s expired on %(at)s UTC; it can no longer be redeemed")
+                % {"code": text, "at": f"{voucher.expires_at:%Y-%m-%d %H:%M}"}
             )
         if (
             voucher.first_topup_only
             and Payment.objects.filter(user=user, status=PaymentStatus.PAID).exists()
         ):
             raise VoucherRefused(
-                f"voucher {text} is for accounts that have not paid yet, and this account "
-                "has topped up before"
+                _(
+                    "voucher %(code)s is for accounts that have not paid yet, and this account "
+                    "has topped up before"
+                )
+                % {"code": text}
             )
         # Count the use atomically: only a row with a use left is updated, so two
         # customers racing for the last use cannot both get it.
@@ -90,7 +96,8 @@ def _redeem(*, user: User, code: str, now: datetime) -> Redeemed:
         )
         if not counted:
             raise VoucherRefused(
-                f"voucher {text} has been used up (all {voucher.max_uses} uses are taken)"
+                _("voucher %(code)s has been used up (all %(uses)s uses are taken)")
+                % {"code": text, "uses": voucher.max_uses}
             )
         entry = LedgerEntry.objects.create(
             user=user,
@@ -186,7 +193,7 @@ def voucher_waterfall(
 
 def voucher_credit_of(*, user: User, now: datetime | None = None) -> Decimal:
     """Voucher credit the user can spend now (it is part of the balance, spent first)."""
-    credits, _ = voucher_waterfall(user=user, now=now or timezone.now())
+    credits, _applied = voucher_waterfall(user=user, now=now or timezone.now())
     return sum((c.left for c in credits if not c.expired), ZERO)
 
 
@@ -201,7 +208,7 @@ def voucher_credit_expire(*, now: datetime | None = None, user: User | None = No
     for user_id in sorted(set(due.values_list("user_id", flat=True))):
         with transaction.atomic():
             owner = User.objects.select_for_update().get(pk=user_id)
-            credits, _ = voucher_waterfall(user=owner, now=now)
+            credits, _applied = voucher_waterfall(user=owner, now=now)
             for credit in credits:
                 redemption = credit.redemption
                 if not credit.expired or redemption.expired_amount is not None:
@@ -230,7 +237,7 @@ def voucher_credit_expire(*, now: datetime | None = None, user: User | None = No
 def voucher_applied_between(*, user: User, start: datetime, end: datetime) -> Decimal:
     """Voucher credit that paid for charges of [start, end) and for reservations booked
     then: what an invoice for that period shows apart."""
-    _, applied = voucher_waterfall(user=user, now=timezone.now())
+    _credits, applied = voucher_waterfall(user=user, now=timezone.now())
     if not applied:
         return ZERO
     entries = LedgerEntry.objects.filter(pk__in=applied.keys()).select_related("charge")

@@ -23,6 +23,7 @@ from decimal import ROUND_CEILING, Decimal
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.billing import pricing
@@ -67,22 +68,31 @@ def reservation_price(*, plan: Plan, start: datetime, end: datetime) -> Decimal:
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:
     """The booking rules for a period (start and end in UTC)."""
     if start.second or start.microsecond or end.second or end.microsecond:
-        raise RentalError("start and end must be on whole minutes", field="start")
+        raise RentalError(_("start and end must be on whole minutes"), field="start")
     if start < now - timedelta(minutes=1):
-        raise RentalError(f"start {start:%Y-%m-%d %H:%M} UTC is in the past", field="start")
+        raise RentalError(
+            _("start %(start)s UTC is in the past") % {"start": f"{start:%Y-%m-%d %H:%M}"},
+            field="start",
+        )
     horizon = settings.RESERVATION_HORIZON_DAYS
     if start > now + timedelta(days=horizon):
-        raise RentalError(f"start must be within {horizon} days from now", field="start")
+        raise RentalError(
+            _("start must be within %(days)s days from now") % {"days": horizon}, field="start"
+        )
     if end <= start:
-        raise RentalError("end must be after start", field="end")
+        raise RentalError(_("end must be after start"), field="end")
     minutes = (end - start).total_seconds() / 60
     if minutes < settings.RESERVATION_MIN_MINUTES:
         raise RentalError(
-            f"a reservation lasts at least {settings.RESERVATION_MIN_MINUTES} minutes", field="end"
+            _("a reservation lasts at least %(minutes)s minutes")
+            % {"minutes": settings.RESERVATION_MIN_MINUTES},
+            field="end",
         )
     if minutes > settings.RESERVATION_MAX_HOURS * 60:
         raise RentalError(
-            f"a reservation lasts at most {settings.RESERVATION_MAX_HOURS} hours", field="end"
+            _("a reservation lasts at most %(hours)s hours")
+            % {"hours": settings.RESERVATION_MAX_HOURS},
+            field="end",
         )
 
 
@@ -162,7 +172,9 @@ def reservation_quote(
     now = now or timezone.now()
     plan = lifecycle.resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
     if start.tzinfo is None or end.tzinfo is None:
-        raise RentalError("start and end need a time zone (e.g. 2026-12-03T10:00Z)", field="start")
+        raise RentalError(
+            _("start and end need a time zone (e.g. 2026-12-03T10:00Z)"), field="start"
+        )
     # In UTC from here on: what the messages and the ledger say is labelled UTC.
     start, end, now = start.astimezone(UTC), end.astimezone(UTC), now.astimezone(UTC)
     _check_period(start, end, now)
@@ -185,7 +197,9 @@ def reservation_book(
     InsufficientBalance, …); then nothing is held or charged."""
     now = now or timezone.now()
     if not image.is_active:
-        raise RentalError(f"image {image.slug} is no longer offered", field="image")
+        raise RentalError(
+            _("image %(image)s is no longer offered") % {"image": image.slug}, field="image"
+        )
     quote = reservation_quote(
         start=start, end=end, plan=plan, gpu_model=gpu_model, gpu_count=gpu_count, now=now
     )
@@ -196,8 +210,11 @@ def reservation_book(
         booked = selectors.gpus_booked_by(user=locked_user, start=start, end=end)
         if booked + plan.gpu_count > locked_user.gpu_quota:
             raise QuotaExceeded(
-                f"your quota is {locked_user.gpu_quota} GPUs at once and you have {booked} "
-                f"booked over that period; {plan.gpu_count} more would exceed it",
+                _(
+                    "your quota is %(quota)s GPUs at once and you have %(booked)s booked over "
+                    "that period; %(count)s more would exceed it"
+                )
+                % {"quota": locked_user.gpu_quota, "booked": booked, "count": plan.gpu_count},
                 field="gpu_count",
             )
         _check_balance(locked_user, price)
@@ -250,9 +267,16 @@ def _check_balance(user: User, price: Decimal) -> None:
     cur = settings.BILLING_CURRENCY
     shortfall = (price - available).quantize(CENT, rounding=ROUND_CEILING)
     raise InsufficientBalance(
-        f"this reservation costs {price} {cur}, paid at booking; you have "
-        f"{pricing.quantize_money(available)} {cur} to spend. "
-        f"Add at least {shortfall:.2f} {cur} of credit.",
+        _(
+            "this reservation costs %(price)s %(cur)s, paid at booking; you have "
+            "%(available)s %(cur)s to spend. Add at least %(shortfall)s %(cur)s of credit."
+        )
+        % {
+            "price": price,
+            "cur": cur,
+            "available": pricing.quantize_money(available),
+            "shortfall": f"{shortfall:.2f}",
+        },
         field="plan",
     )
 
@@ -282,9 +306,15 @@ def reservation_cancel(
         refund = refund_for(reservation, now=now)
         if refund is None:
             raise InvalidTransition(
-                f"reservation {reservation.pk} is {reservation.status} and started at "
-                f"{reservation.start:%Y-%m-%d %H:%M} UTC: it can only be cancelled before its "
-                "start. Stop its instance instead.",
+                _(
+                    "reservation %(id)s is %(status)s and started at %(start)s UTC: it can only "
+                    "be cancelled before its start. Stop its instance instead."
+                )
+                % {
+                    "id": reservation.pk,
+                    "status": reservation.status,
+                    "start": f"{reservation.start:%Y-%m-%d %H:%M}",
+                },
                 field="status",
             )
         cur = settings.BILLING_CURRENCY
@@ -348,9 +378,15 @@ def reservation_relaunch(
         reservation = _lock(reservation)
         if reservation.status != R.ACTIVE or now >= reservation.end:
             raise InvalidTransition(
-                f"reservation {reservation.pk} is {reservation.status} (until "
-                f"{reservation.end:%Y-%m-%d %H:%M} UTC): only an active reservation can launch "
-                "its instance again, before its end",
+                _(
+                    "reservation %(id)s is %(status)s (until %(end)s UTC): only an active "
+                    "reservation can launch its instance again, before its end"
+                )
+                % {
+                    "id": reservation.pk,
+                    "status": reservation.status,
+                    "end": f"{reservation.end:%Y-%m-%d %H:%M}",
+                },
                 field="status",
             )
         current = (
@@ -360,19 +396,23 @@ def reservation_relaunch(
         )
         if current is not None:
             hint = {
-                InstanceStatus.STOPPED: "start it instead",
-                InstanceStatus.FAILED: "the unused time is refunded",
-                InstanceStatus.LOST: "the unused time is refunded",
-            }.get(current.status, "it holds the reserved GPUs")
+                InstanceStatus.STOPPED: _("start it instead"),
+                InstanceStatus.FAILED: _("the unused time is refunded"),
+                InstanceStatus.LOST: _("the unused time is refunded"),
+            }.get(current.status, _("it holds the reserved GPUs"))
             raise InvalidTransition(
-                f"instance {current.pk} of this reservation is {current.status}: {hint}",
+                _("instance %(id)s of this reservation is %(status)s: %(hint)s")
+                % {"id": current.pk, "status": current.status, "hint": hint},
                 field="status",
             )
         host = _reserved_host(reservation)
         if host is None or not _host_usable(host, now):
             raise RentalError(
-                f"the reserved GPUs' host {host.name if host else ''} is not available now; "
-                "try again in a few minutes",
+                _(
+                    "the reserved GPUs' host %(host)s is not available now; "
+                    "try again in a few minutes"
+                )
+                % {"host": host.name if host else ""},
                 field="host",
             )
         who = f" by {actor}" if actor is not None else ""

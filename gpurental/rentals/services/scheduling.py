@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 
 from django.db import IntegrityError, OperationalError, transaction
+from django.utils.translation import gettext as _
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
@@ -44,19 +45,33 @@ def _no_capacity_message(
     free = selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=[host] if host else None)
     total_free = sum(len(h.free) for h in free)
     largest = max(free, key=lambda h: len(h.free), default=None)
-    where = f"on host {host.name}" if host else "on any host"
-    parts = [f"no {count}× {gpu_model.short_name} free {where}"]
+    model = gpu_model.short_name
+    if host:
+        parts = [
+            _("no %(count)s× %(model)s free on host %(host)s")
+            % {"count": count, "model": model, "host": host.name}
+        ]
+    else:
+        parts = [_("no %(count)s× %(model)s free on any host") % {"count": count, "model": model}]
     if total_free:
         parts.append(
-            f"{total_free} {gpu_model.short_name} free in all, at most {len(largest.free)} together "
-            f"(on {largest.host_name}); a launch needs all its GPUs on one host"
+            _(
+                "%(free)s %(model)s free in all, at most %(most)s together (on %(host)s); "
+                "a launch needs all its GPUs on one host"
+            )
+            % {
+                "free": total_free,
+                "model": model,
+                "most": len(largest.free),
+                "host": largest.host_name,
+            }
         )
     else:
-        parts.append(f"every {gpu_model.short_name} is in use")
+        parts.append(_("every %(model)s is in use") % {"model": model})
     release = selectors.next_release(gpu_model=gpu_model, now=now)
     if release is not None:
-        parts.append(f"the next one frees up at {release:%Y-%m-%d %H:%M} UTC")
-    return "; ".join(parts)
+        parts.append(_("the next one frees up at %(at)s UTC") % {"at": f"{release:%Y-%m-%d %H:%M}"})
+    return _("; ").join(parts)
 
 
 class _Busy(Exception):
@@ -249,9 +264,17 @@ def gpus_reserve(
         )
         most = max((len(h.free) for h in free), default=0)
         raise NoCapacity(
-            f"no {count}× {gpu_model.short_name} free on one host from {start:%Y-%m-%d %H:%M} "
-            f"to {end:%Y-%m-%d %H:%M} UTC; at most {most} together then. "
-            "See the availability table for free hours",
+            _(
+                "no %(count)s× %(model)s free on one host from %(start)s to %(end)s UTC; at "
+                "most %(most)s together then. See the availability table for free hours"
+            )
+            % {
+                "count": count,
+                "model": gpu_model.short_name,
+                "start": f"{start:%Y-%m-%d %H:%M}",
+                "end": f"{end:%Y-%m-%d %H:%M}",
+                "most": most,
+            },
             field="gpu_count",
         )
     return proposal

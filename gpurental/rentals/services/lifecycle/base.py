@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.models import User
 from gpurental.notifications.services import notify
@@ -62,8 +64,16 @@ def _move(
     allowed = set(allowed_from)
     if instance.status not in allowed:
         raise InvalidTransition(
-            f"instance {instance} is {instance.status}; only an instance that is "
-            f"{', '.join(sorted(allowed))} can become {to}",
+            _(
+                "instance %(instance)s is %(status)s; only an instance that is %(allowed)s "
+                "can become %(to)s"
+            )
+            % {
+                "instance": instance,
+                "status": instance.status,
+                "allowed": ", ".join(sorted(allowed)),
+                "to": to,
+            },
             field="status",
         )
     old = instance.status
@@ -85,10 +95,18 @@ def _move(
     )
 
 
+ACTIONS = {
+    "stop": gettext_lazy("stop"),
+    "start": gettext_lazy("start"),
+    "restart": gettext_lazy("restart"),
+}
+
+
 def _refuse(instance: Instance, action: str, allowed: Iterable[str]) -> None:
     states = ", ".join(sorted(allowed))
     raise InvalidTransition(
-        f"cannot {action} an instance that is {instance.status} (only when {states})",
+        _("cannot %(action)s an instance that is %(status)s (only when %(states)s)")
+        % {"action": ACTIONS.get(action, action), "status": instance.status, "states": states},
         field="status",
     )
 

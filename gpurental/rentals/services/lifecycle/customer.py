@@ -9,6 +9,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.billing.services import metering, prepaid
@@ -38,10 +39,12 @@ from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
 def resolve_plan(*, plan: Plan | None, gpu_model: GPUModel | None, gpu_count: int | None) -> Plan:
     if plan is not None:
         if not plan.is_active:
-            raise RentalError(f"plan {plan.slug} is no longer offered", field="plan")
+            raise RentalError(
+                _("plan %(plan)s is no longer offered") % {"plan": plan.slug}, field="plan"
+            )
         return plan
     if gpu_model is None:
-        raise RentalError("choose a plan, or a gpu_model with a gpu_count", field="gpu_model")
+        raise RentalError(_("choose a plan, or a gpu_model with a gpu_count"), field="gpu_model")
     count = gpu_count or 1
     found = Plan.objects.filter(gpu_model=gpu_model, gpu_count=count, is_active=True).first()
     if found is None:
@@ -50,9 +53,10 @@ def resolve_plan(*, plan: Plan | None, gpu_model: GPUModel | None, gpu_count: in
                 "gpu_count", flat=True
             )
         )
-        choices = ", ".join(map(str, offered)) or "none"
+        choices = ", ".join(map(str, offered)) or _("none")
         raise RentalError(
-            f"no plan offers {count}× {gpu_model.short_name}; GPU counts offered: {choices}",
+            _("no plan offers %(count)s× %(model)s; GPU counts offered: %(choices)s")
+            % {"count": count, "model": gpu_model.short_name, "choices": choices},
             field="gpu_count",
         )
     return found
@@ -84,7 +88,9 @@ def instance_launch(
     if idle_stop_minutes is not None:
         check_idle_minutes(idle_stop_minutes)
     if not image.is_active:
-        raise RentalError(f"image {image.slug} is no longer offered", field="image")
+        raise RentalError(
+            _("image %(image)s is no longer offered") % {"image": image.slug}, field="image"
+        )
     if hf_model:
         hf_model = modelcache_launch_check(hf_model)
     with transaction.atomic():
@@ -92,7 +98,7 @@ def instance_launch(
         # balance check.
         locked_user = _lock_user(user.pk)
         _check_quota(
-            locked_user, plan.gpu_count, extra=" Stop an instance or ask for a higher quota."
+            locked_user, plan.gpu_count, extra=_("Stop an instance or ask for a higher quota.")
         )
         prepaid.launch_allowed(user=locked_user, plan=plan, now=now)
         instance = Instance.objects.create(
@@ -141,8 +147,11 @@ def instance_launch(
             )
         if mount_model_cache and not instance.host.hf_cache_dir:
             raise RentalError(
-                f"host {instance.host.name} has no shared Hugging Face model cache configured; "
-                "launch without model_repo, or ask the operator to set one",
+                _(
+                    "host %(host)s has no shared Hugging Face model cache configured; "
+                    "launch without model_repo, or ask the operator to set one"
+                )
+                % {"host": instance.host.name},
                 field="model_repo",
             )
         gpus = ", ".join(str(g.index) for g in proposal.gpus)
@@ -248,11 +257,11 @@ def _lock_user(pk) -> User:
 def _check_quota(user: User, count: int, *, extra: str = "") -> None:
     held = selectors.gpus_held_by(user=user)
     if held + count > user.gpu_quota:
-        raise QuotaExceeded(
-            f"your quota is {user.gpu_quota} GPUs at once and you hold {held}; "
-            f"{count} more would exceed it.{extra}",
-            field="gpu_count",
-        )
+        message = _(
+            "your quota is %(quota)s GPUs at once and you hold %(held)s; "
+            "%(count)s more would exceed it."
+        ) % {"quota": user.gpu_quota, "held": held, "count": count}
+        raise QuotaExceeded(f"{message} {extra}" if extra else message, field="gpu_count")
 
 
 def instance_stop(
@@ -365,9 +374,15 @@ def _reserved_gpus(instance: Instance, now: datetime) -> str:
         or not reservation.period.lower <= now < reservation.period.upper
     ):
         raise InvalidTransition(
-            f"its reservation ran {reservation.period.lower:%Y-%m-%d %H:%M}–"
-            f"{reservation.period.upper:%Y-%m-%d %H:%M} UTC and is {reservation.status}; "
-            "launch a new instance or book again",
+            _(
+                "its reservation ran %(start)s–%(end)s UTC and is %(status)s; "
+                "launch a new instance or book again"
+            )
+            % {
+                "start": f"{reservation.period.lower:%Y-%m-%d %H:%M}",
+                "end": f"{reservation.period.upper:%Y-%m-%d %H:%M}",
+                "status": reservation.status,
+            },
             field="status",
         )
     return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
@@ -383,13 +398,22 @@ def _leased_gpus(instance: Instance, now: datetime) -> str:
     lease = instance.lease
     mine = Allocation.objects.filter(lease=lease, instance=instance).exists()
     if lease.status != "active" or not lease.period.lower <= now < lease.period.upper or not mine:
-        raise InvalidTransition(
-            f"its dedicated-host lease ran {lease.period.lower:%Y-%m-%d %H:%M}–"
-            f"{lease.period.upper:%Y-%m-%d %H:%M} UTC and is {lease.status}"
-            + ("" if mine else ", and another instance was launched into it")
-            + "; launch into an active lease instead",
-            field="status",
-        )
+        period = {
+            "start": f"{lease.period.lower:%Y-%m-%d %H:%M}",
+            "end": f"{lease.period.upper:%Y-%m-%d %H:%M}",
+            "status": lease.status,
+        }
+        if mine:
+            message = _(
+                "its dedicated-host lease ran %(start)s–%(end)s UTC and is %(status)s; "
+                "launch into an active lease instead"
+            )
+        else:
+            message = _(
+                "its dedicated-host lease ran %(start)s–%(end)s UTC and is %(status)s, and "
+                "another instance was launched into it; launch into an active lease instead"
+            )
+        raise InvalidTransition(message % period, field="status")
     return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
 
 
@@ -448,7 +472,8 @@ def check_idle_minutes(minutes: int) -> None:
     low, high = IDLE_MINUTES_RANGE
     if minutes != 0 and not low <= minutes <= high:
         raise RentalError(
-            f"idle_stop_minutes: {minutes} is not 0 (off) or {low}–{high} minutes",
+            _("idle_stop_minutes: %(minutes)s is not 0 (off) or %(low)s–%(high)s minutes")
+            % {"minutes": minutes, "low": low, "high": high},
             field="idle_stop_minutes",
         )
 
@@ -464,7 +489,8 @@ def instance_set_idle_policy(
         instance = _lock(instance)
         if instance.status in (S.TERMINATING, S.TERMINATED):
             raise InvalidTransition(
-                f"instance {instance} is {instance.status}: it has no idle policy any more",
+                _("instance %(instance)s is %(status)s: it has no idle policy any more")
+                % {"instance": instance, "status": instance.status},
                 field="status",
             )
         if instance.idle_stop_minutes == minutes:
@@ -554,10 +580,12 @@ def modelcache_launch_check(repo_id: str) -> str:
     offered = models_offered()
     if repo_id not in offered:
         raise RentalError(
-            f"model {repo_id!r} is in no host's cache; cached models: "
-            + (", ".join(offered) or "none")
-            + ". Launch without model= and download it inside the instance, or ask the "
-            "operator to fill the cache",
+            _(
+                "model %(model)r is in no host's cache; cached models: %(offered)s. Launch "
+                "without model= and download it inside the instance, or ask the operator to "
+                "fill the cache"
+            )
+            % {"model": repo_id, "offered": ", ".join(offered) or _("none")},
             field="model",
         )
     return repo_id
