@@ -134,6 +134,7 @@ INSTALLED_APPS = [
     "gpurental.observability",
     "gpurental.notifications",
     "gpurental.baremetal",
+    "gpurental.teams",
     "gpurental.acceptance",
     "gpurental.modelcache",
 ]
@@ -149,6 +150,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # ...but a logged-in user's saved choice (User.language) comes before both.
     "gpurental.accounts.middleware.UserLanguageMiddleware",
+    # The acting account (a team chosen in the console), checked again on every request.
+    "gpurental.teams.middleware.ActingAccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -312,6 +315,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
         "gpurental.api.permissions.KeyScopes",  # what an API key's scopes allow
+        "gpurental.api.permissions.TeamRole",  # acting for a team: the member's role there
     ],
     "DEFAULT_THROTTLE_CLASSES": ["gpurental.api.throttling.ApiRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api": API_THROTTLE_RATE},

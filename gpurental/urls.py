@@ -13,5 +13,6 @@ urlpatterns = [
     path("api/", include("gpurental.api.urls")),
     path("", include("gpurental.telemetry.urls")),
     path("billing/", include("gpurental.billing.urls")),
+    path("teams/", include("gpurental.teams.urls")),
     path("", include("gpurental.console.urls")),
 ]

@@ -134,6 +134,15 @@ class ApiKey(models.Model):
         help_text="What the key may do (ApiKeyScope)",
     )
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from then on")
+    team = models.ForeignKey(
+        "teams.Team",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="api_keys",
+        help_text="A key made for a team acts as the team's account, with its member's "
+        "current role there; empty: the member's own account.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from gpurental.accounts.models import (
     CUSTOMER_SCOPES,
+    AccountKind,
     ApiKey,
     ApiKeyScope,
     AuditEvent,
@@ -64,6 +65,7 @@ def api_key_create(
     actor: User | None = None,
     scopes: list[str] | None = None,
     expires_at=None,
+    team=None,
     now=None,
 ) -> tuple[ApiKey, str]:
     """Create a key; returns the row and the raw key, which is never stored. Without
@@ -84,6 +86,13 @@ def api_key_create(
         )
     if expires_at is not None and expires_at <= now:
         raise ApiKeyRefused("expires_at: must be in the future", field="expires_at")
+    if user.kind == AccountKind.TEAM:
+        raise ApiKeyRefused(
+            "a team account has no keys of its own; a member makes a key for the team",
+            field="team",
+        )
+    if team is not None and not team.memberships.filter(user=user).exists():
+        raise ApiKeyRefused(f"team: you are not a member of {team.slug}", field="team")
     prefix = secrets.token_hex(4)
     raw = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
     key = ApiKey.objects.create(
@@ -93,6 +102,7 @@ def api_key_create(
         key_hash=_hash_key(raw),
         scopes=wanted,
         expires_at=expires_at,
+        team=team,
     )
     audit_record(
         action="api_key.create",

@@ -6,14 +6,16 @@ from django.utils.translation import gettext as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from gpurental.accounts.models import ApiKeyScope
+from gpurental.accounts.models import AccountKind, ApiKeyScope
 from gpurental.accounts.services import api_key_authenticate
+from gpurental.teams.acting import bind, bind_team
 
 KEYWORD = b"bearer"
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    """``request.user`` is the key's owner and ``request.auth`` the ``ApiKey`` row.
+    """``request.user`` is the key's owner and ``request.auth`` the ``ApiKey`` row; a key
+    made for a team sets the acting account (``gpurental.teams.acting``) to the team's.
 
     A request without a Bearer header is left to the next authenticator (the console's
     session). A Bearer header with a wrong or revoked key is refused outright: 401,
@@ -33,6 +35,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError:
             raw = None
         key = api_key_authenticate(raw=raw) if raw else None
+        if key is not None and key.user.kind == AccountKind.TEAM:
+            key = None  # a team account never logs in, not even with a key
         if key is None:
             # One answer for unknown, malformed and revoked keys: nothing to learn from it.
             raise exceptions.AuthenticationFailed(
@@ -47,6 +51,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             # request the owner is a customer like any other (never saved).
             user.is_staff = user.is_superuser = False
             user._scoped_down = True
+        if key.team_id is not None:
+            # A team's key acts as the team's account, with the member's role as it is now.
+            bind_team(request, user=user, team=key.team)
+        else:
+            bind(request, None, None)
         return user, key
 
     def authenticate_header(self, request) -> str:

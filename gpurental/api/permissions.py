@@ -15,6 +15,8 @@ from django.utils.translation import gettext as _
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
+from gpurental.teams import roles
+from gpurental.teams.acting import acting_for_team, role_refusal
 
 ANY = frozenset(ApiKeyScope.values)
 
@@ -42,3 +44,25 @@ class KeyScopes(BasePermission):
             "this API key may not do that: it needs the %(needed)s scope, and has %(has)s"
         ) % {"needed": " or ".join(sorted(needed)), "has": ", ".join(key.scopes)}
         return False
+
+
+class TeamRole(BasePermission):
+    """Acting for a team, the member's role there decides (``teams.roles``): reading
+    needs viewer, changing needs the view's ``team_area`` role (default: its
+    ``scope_area``). Views with ``team_area = None`` are personal (API keys, SSH keys)."""
+
+    def has_permission(self, request, view) -> bool:
+        if not request.user.is_authenticated or not acting_for_team(request):
+            return True
+        area = getattr(view, "team_area", getattr(view, "scope_area", "catalog"))
+        if area is None:
+            return True
+        if request.method in SAFE_METHODS or area in ("catalog", "account"):
+            needed = roles.READ
+        else:
+            needed = roles.change_needs(area)
+        reason = role_refusal(request, needed)
+        if reason:
+            self.message = reason
+            return False
+        return True

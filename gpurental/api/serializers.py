@@ -26,6 +26,8 @@ from gpurental.rentals.models import (
     InstanceStatus,
 )
 from gpurental.rentals.selectors import HELD, free_gpus
+from gpurental.teams import roles
+from gpurental.teams.acting import account_of, role_refusal
 from gpurental.telemetry.selectors import instance_usage
 
 MODEL_REPOS = ["huggingface"]
@@ -250,7 +252,12 @@ class InstanceSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_jupyter_url(self, obj: Instance) -> str | None:
         request = self.context.get("request")
-        is_owner = request is not None and request.user.pk == obj.user_id
+        # Its owner, or a member of the owning team who may get in (member or higher).
+        is_owner = (
+            request is not None
+            and account_of(request).pk == obj.user_id
+            and role_refusal(request, roles.OPERATE) is None
+        )
         if not is_owner or obj.status != InstanceStatus.RUNNING or not obj.jupyter_port:
             return None
         # The instance's own origin, through the gateway: it answers once the holder has
@@ -495,8 +502,16 @@ class ApiKeySerializer(serializers.ModelSerializer):
             "created_at",
             "last_used_at",
             "revoked_at",
+            "team",
         ]
         read_only_fields = fields
+
+    team = serializers.SlugRelatedField(
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="The team whose account the key acts as (null: your own)",
+    )
 
 
 class ApiKeyCreateSerializer(serializers.Serializer):
@@ -512,6 +527,13 @@ class ApiKeyCreateSerializer(serializers.Serializer):
     )
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="Refused from then on"
+    )
+    team = serializers.CharField(
+        max_length=50,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A team's slug: the key acts as that team's account, with your role there",
     )
 
 

@@ -11,6 +11,7 @@ from gpurental.api import (
     views_payments,
     views_reservations,
     views_sshkeys,
+    views_teams,
 )
 from gpurental.api.errors import not_found
 
@@ -38,6 +39,7 @@ router.register(
 router.register("payments", views_payments.PaymentViewSet, basename="payment")
 router.register("dedicated-plans", views_baremetal.DedicatedPlanViewSet, basename="dedicated-plan")
 router.register("leases", views_baremetal.LeaseViewSet, basename="lease")
+router.register("teams", views_teams.TeamViewSet, basename="team")
 
 v1 = [
     path("me/", views.MeView.as_view(), name="me"),

@@ -46,6 +46,8 @@ from gpurental.rentals.services.lifecycle import (
     instance_stop,
     instance_terminate,
 )
+from gpurental.teams.acting import account_of
+from gpurental.teams.models import Team
 
 UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # Slugs in the catalog may hold dots ("pytorch-2.1"); no format suffixes to clash with.
@@ -90,7 +92,21 @@ class OwnedMixin(LookupMixin):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return self.model.objects.none()
-        return self.model.objects.filter(**{self.owner_field: self.request.user})
+        return self.model.objects.filter(**{self.owner_field: self.owner(self.request)})
+
+    def owner(self, request):
+        """Whose rows these are: the acting account (a team's, or the caller's own)."""
+        return account_of(request)
+
+
+class PersonalMixin(OwnedMixin):
+    """Rows that stay the person's own whatever account they act for (API keys, SSH keys,
+    the notifications sent to them)."""
+
+    team_area = None  # no team role applies
+
+    def owner(self, request):
+        return request.user
 
 
 # --- catalog ------------------------------------------------------------------
@@ -175,7 +191,7 @@ class InstanceViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Instance.objects.none()
-        return instances_for(self.request.user, with_events=self.action != "list")
+        return instances_for(account_of(self.request), with_events=self.action != "list")
 
     def get_serializer_class(self):
         if self.action == "list":
@@ -271,7 +287,7 @@ class InstanceViewSet(
     def create(self, request, *args, **kwargs):
         form = s.InstanceCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        instance = instance_launch(user=request.user, **form.launch_kwargs())
+        instance = instance_launch(user=account_of(request), **form.launch_kwargs())
         return self._detail(instance, status.HTTP_201_CREATED)
 
     @_instance_action("Stop: the container goes, the GPUs are released, /workspace stays")
@@ -300,13 +316,15 @@ class InstanceViewSet(
     @action(detail=True, methods=["post"])
     def connect(self, request, pk=None):
         instance = self.get_object()
-        if instance.user_id != request.user.pk:
-            # Staff see every instance, but only its owner gets in.
-            raise NotFound(f"there is no {self.noun} {pk}")
+        if instance.user_id != account_of(request).pk:
+            # Staff see every instance, but only its owner (or its team's members) gets in.
+            raise NotFound(_("there is no %(noun)s %(id)s") % {"noun": self.noun, "id": pk})
         form = s.ConnectRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         port = form.validated_data.get("port")
-        ticket = tickets.connect(user=request.user, instance=instance, port=port)
+        # The gateway's session stands for the owning account; TeamRole has checked that
+        # a team member's role lets them in (member or higher).
+        ticket = tickets.connect(user=instance.user, instance=instance, port=port)
         return Response(
             {
                 "url": ticket.url,
@@ -351,7 +369,7 @@ def _forget_secret(body: dict) -> dict:
 
 @extend_schema(tags=["account"])
 class ApiKeyViewSet(
-    OwnedMixin,
+    PersonalMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.DestroyModelMixin,
@@ -382,7 +400,19 @@ class ApiKeyViewSet(
             beyond = sorted(set(scopes) - set(creator.scopes))
             if beyond:
                 raise ValidationError(
-                    {"scopes": [f"this key has no {', '.join(beyond)} scope to give"]}
+                    {
+                        "scopes": [
+                            _("this key has no %(scopes)s scope to give")
+                            % {"scopes": ", ".join(beyond)}
+                        ]
+                    }
+                )
+        team = None
+        if data.get("team"):
+            team = Team.objects.filter(slug=data["team"], memberships__user=request.user).first()
+            if team is None:
+                raise ValidationError(
+                    {"team": [f"you are not a member of a team {data['team']!r}"]}
                 )
         try:
             key, raw = api_key_create(
@@ -390,6 +420,7 @@ class ApiKeyViewSet(
                 name=data["name"],
                 scopes=scopes,
                 expires_at=data["expires_at"],
+                team=team,
             )
         except ApiKeyRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
@@ -415,14 +446,14 @@ class MeView(GenericAPIView):
     pagination_class = None
 
     def get(self, request, *args, **kwargs):
-        user = request.user
-        money = balance_status(user=user)
+        user, account = request.user, account_of(request)
+        money = balance_status(user=account)
         data = {
             "email": user.email,
             "full_name": user.full_name,
             "balance": money.balance,
-            "gpu_quota": user.gpu_quota,
-            "gpus_in_use": rental_selectors.gpus_held_by(user=user),
+            "gpu_quota": account.gpu_quota,
+            "gpus_in_use": rental_selectors.gpus_held_by(user=account),
             "credit_limit": money.credit_limit,
             "hourly_burn": money.hourly_burn,
             "hours_left": money.hours_left,

@@ -4,6 +4,7 @@ into, end, cancel). Another customer's lease is a 404 worded as if it did not ex
 from __future__ import annotations
 
 from django.db.models import Sum
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -15,6 +16,7 @@ from gpurental.api.serializers import InstanceDetailSerializer
 from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, instances_for
 from gpurental.baremetal import selectors, services
 from gpurental.baremetal.models import DedicatedPlan, Lease
+from gpurental.teams.acting import account_of
 
 
 @extend_schema(tags=["dedicated hosts"])
@@ -41,7 +43,8 @@ class LeaseViewSet(
 
     # A lease is a booking of capacity: API keys need the reservations scope to change one.
     scope_area = "reservations"
-    noun = "lease"
+    team_area = "leases"
+    noun = gettext_lazy("lease")
     serializer_class = s.LeaseSerializer
     lookup_value_regex = UUID_RE
 
@@ -49,7 +52,7 @@ class LeaseViewSet(
         if getattr(self, "swagger_fake_view", False):
             return Lease.objects.none()
         return (
-            selectors.leases_visible_to(user=self.request.user)
+            selectors.leases_visible_to(user=account_of(self.request))
             .annotate(charged_so_far=Sum("charges__amount", default=0))
             .prefetch_related("events")
         )
@@ -68,7 +71,7 @@ class LeaseViewSet(
     def create(self, request, *args, **kwargs):
         form = s.LeaseCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        lease = services.lease_book(user=request.user, **form.validated_data)
+        lease = services.lease_book(user=account_of(request), **form.validated_data)
         return self._detail(lease, status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -86,7 +89,7 @@ class LeaseViewSet(
         instance = services.lease_launch(
             lease=lease, image=form.validated_data["image"], actor=request.user
         )
-        fresh = instances_for(request.user).get(pk=instance.pk)
+        fresh = instances_for(account_of(request)).get(pk=instance.pk)
         return Response(InstanceDetailSerializer(fresh).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

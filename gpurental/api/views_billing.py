@@ -25,6 +25,7 @@ from gpurental.billing.models import Invoice, InvoiceLine
 from gpurental.billing.pricing import local_month
 from gpurental.billing.selectors import invoices_visible_to, operator_zone, usage_by_day
 from gpurental.billing.views import invoice_document_response, usage_csv
+from gpurental.teams.acting import account_of
 
 # Invoice ids are integers; one past the column's range is no invoice (404), not an error.
 ID_RE = r"[0-9]+"
@@ -60,7 +61,7 @@ class UsageView(GenericAPIView):
     def get(self, request, *args, **kwargs):
         year, month = _month_query(request)
         start, end = local_month(year, month, operator_zone())
-        rows = list(usage_by_day(user=request.user, start=start, end=end))
+        rows = list(usage_by_day(user=account_of(request), start=start, end=end))
         body = {
             "month": f"{year:04d}-{month:02d}",
             "start": start,
@@ -107,7 +108,7 @@ class InvoiceViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Invoice.objects.none()
         return (
-            invoices_visible_to(user=self.request.user)
+            invoices_visible_to(user=account_of(self.request))
             .select_related("corrects")
             .prefetch_related(Prefetch("lines", queryset=InvoiceLine.objects.order_by("id")))
             .order_by("-period_start", "-id")

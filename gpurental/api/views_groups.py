@@ -22,6 +22,7 @@ from gpurental.groups import specs
 from gpurental.groups.models import Group
 from gpurental.groups.selectors import group_quote, groups_visible_to
 from gpurental.groups.services import group_apply, group_delete
+from gpurental.teams.acting import account_of
 
 SPEC_EXAMPLES = [
     OpenApiExample(
@@ -83,6 +84,7 @@ class GroupViewSet(
     """Elastic groups: replicas of one image behind one endpoint, scaled by rules."""
 
     scope_area = "instances"
+    team_area = "groups"
 
     noun = gettext_lazy("group")
     lookup_value_regex = UUID_RE
@@ -90,7 +92,7 @@ class GroupViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Group.objects.none()
-        return groups_visible_to(user=self.request.user)
+        return groups_visible_to(user=account_of(self.request))
 
     def get_serializer_class(self):
         return s.GroupSerializer if self.action == "list" else s.GroupDetailSerializer
@@ -104,7 +106,7 @@ class GroupViewSet(
         ]
     )
     def list(self, request, *args, **kwargs):
-        queryset = groups_visible_to(user=request.user, with_ready=True)
+        queryset = groups_visible_to(user=account_of(request), with_ready=True)
         if request.query_params.get("deleted", "").lower() not in ("1", "true", "yes"):
             queryset = queryset.exclude(status=Group.Status.DELETED)
         if name := request.query_params.get("name"):
@@ -130,7 +132,7 @@ class GroupViewSet(
     @idempotent(redact=_forget_key)
     def apply(self, request):
         source, fmt = _spec_source(request.data)
-        applied = group_apply(user=request.user, source=source, fmt=fmt)
+        applied = group_apply(user=account_of(request), source=source, fmt=fmt)
         group = self.get_queryset().get(pk=applied.group.pk)
         group.created = applied.created
         group.changes = applied.changes
@@ -149,7 +151,7 @@ class GroupViewSet(
     @action(detail=False, methods=["post"], pagination_class=None)
     def quote(self, request):
         source, fmt = _spec_source(request.data)
-        quote = group_quote(user=request.user, source=source, fmt=fmt)
+        quote = group_quote(user=account_of(request), source=source, fmt=fmt)
         spec, plan = quote.spec, quote.plan
         body = {
             "name": spec.name,

@@ -14,11 +14,12 @@ from rest_framework.response import Response
 
 from gpurental.api import serializers_notifications as s
 from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, OwnedMixin
+from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, OwnedMixin, PersonalMixin
 from gpurental.notifications import services
 from gpurental.notifications.events import EVENTS
 from gpurental.notifications.models import Notification, WebhookDelivery, WebhookEndpoint
 from gpurental.notifications.webhooks import WebhookRefused
+from gpurental.teams.acting import account_of
 
 
 def _refused(exc: WebhookRefused) -> ValidationError:
@@ -36,6 +37,7 @@ class WebhookEndpointViewSet(
     """Your webhook endpoints: each event you keep on is POSTed to them, signed."""
 
     scope_area = "account"
+    team_area = "webhooks"  # a team's endpoints: admins change them
     model = WebhookEndpoint
     noun = gettext_lazy("webhook endpoint")
     serializer_class = s.WebhookEndpointSerializer
@@ -53,7 +55,7 @@ class WebhookEndpointViewSet(
         data = form.validated_data
         try:
             endpoint = services.endpoint_create(
-                user=request.user,
+                user=account_of(request),
                 url=data["url"],
                 description=data.get("description", ""),
                 events=data.get("events") or [],
@@ -97,7 +99,8 @@ class WebhookDeliveryViewSet(
     """The delivery log: each POST to your endpoints, every attempt and its answer."""
 
     scope_area = "account"
-    noun = "webhook delivery"
+    team_area = "webhooks"
+    noun = gettext_lazy("webhook delivery")
     serializer_class = s.WebhookDeliverySerializer
     lookup_value_regex = UUID_RE
 
@@ -105,7 +108,7 @@ class WebhookDeliveryViewSet(
         if getattr(self, "swagger_fake_view", False):
             return WebhookDelivery.objects.none()
         deliveries = WebhookDelivery.objects.filter(
-            endpoint__user=self.request.user
+            endpoint__user=account_of(self.request)
         ).prefetch_related("attempt_log")
         endpoint = self.request.query_params.get("endpoint")
         if endpoint and self.action == "list":
@@ -120,7 +123,9 @@ class WebhookDeliveryViewSet(
         endpoint = request.query_params.get("endpoint")
         if endpoint:
             try:
-                exists = WebhookEndpoint.objects.filter(pk=endpoint, user=request.user).exists()
+                exists = WebhookEndpoint.objects.filter(
+                    pk=endpoint, user=account_of(request)
+                ).exists()
             except Exception:  # not a UUID
                 exists = False
             if not exists:
@@ -148,7 +153,7 @@ class WebhookDeliveryViewSet(
 
 
 @extend_schema(tags=["notifications"])
-class NotificationViewSet(OwnedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+class NotificationViewSet(PersonalMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Notifications sent to you (e-mail and webhook), newest first."""
 
     scope_area = "account"
@@ -162,6 +167,7 @@ class NotificationPreferenceViewSet(viewsets.ViewSet):
     """Per event: e-mail on or off, webhook on or off (all on until you change them)."""
 
     scope_area = "account"
+    team_area = None  # preferences are the person's own
     lookup_field = "event"
     lookup_value_regex = "[a-z_]+"
 

@@ -33,6 +33,7 @@ from gpurental.billing.services.autotopup import (
 )
 from gpurental.billing.services.payments import PaymentRefused, payment_start
 from gpurental.billing.services.vouchers import VoucherRefused, voucher_credit_of, voucher_redeem
+from gpurental.teams.acting import account_of
 
 
 class PaymentsUnavailable(APIException):
@@ -60,7 +61,7 @@ class PaymentViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Payment.objects.none()
-        return Payment.objects.filter(user=self.request.user).order_by("-created_at")
+        return Payment.objects.filter(user=account_of(self.request)).order_by("-created_at")
 
     @extend_schema(
         summary="Start a top-up: answers the checkout URL to pay at",
@@ -75,7 +76,7 @@ class PaymentViewSet(
         form.is_valid(raise_exception=True)
         try:
             payment, url = payment_start(
-                user=request.user,
+                user=account_of(request),
                 amount=form.validated_data["amount"],
                 base_url=settings.PUBLIC_URL,
             )
@@ -105,7 +106,7 @@ class VoucherRedeemView(GenericAPIView):
         form = s.VoucherRedeemSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            result = voucher_redeem(user=request.user, code=form.validated_data["code"])
+            result = voucher_redeem(user=account_of(request), code=form.validated_data["code"])
         except VoucherRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
         r = result.redemption
@@ -116,9 +117,9 @@ class VoucherRedeemView(GenericAPIView):
             "redeemed_at": r.redeemed_at,
             "credit_expires_at": r.credit_expires_at,
             "created": result.created,
-            "balance": quantize_money(balance_of(user=request.user)),
+            "balance": quantize_money(balance_of(user=account_of(request))),
             "voucher_credit": quantize_money(
-                voucher_credit_of(user=request.user, now=timezone.now())
+                voucher_credit_of(user=account_of(request), now=timezone.now())
             ),
         }
         return Response(
@@ -149,7 +150,7 @@ class AutoTopUpView(APIView):
 
     @extend_schema(summary="Read your automatic top-up settings", responses=s.AutoTopUpSerializer)
     def get(self, request, *args, **kwargs):
-        return Response(s.AutoTopUpSerializer(_auto_topup_body(request.user)).data)
+        return Response(s.AutoTopUpSerializer(_auto_topup_body(account_of(request))).data)
 
     @extend_schema(
         summary="Set your automatic top-up",
@@ -179,11 +180,11 @@ class AutoTopUpView(APIView):
         form.is_valid(raise_exception=True)
         try:
             auto_topup_configure(
-                user=request.user, ip=request.META.get("REMOTE_ADDR"), **form.validated_data
+                user=account_of(request), ip=request.META.get("REMOTE_ADDR"), **form.validated_data
             )
         except AutoTopUpRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
-        return Response(s.AutoTopUpSerializer(_auto_topup_body(request.user)).data)
+        return Response(s.AutoTopUpSerializer(_auto_topup_body(account_of(request))).data)
 
 
 @extend_schema(tags=["billing"])
@@ -199,7 +200,7 @@ class AutoTopUpCardView(APIView):
     )
     def post(self, request, *args, **kwargs):
         try:
-            url = auto_topup_card_start(user=request.user, base_url=settings.PUBLIC_URL)
+            url = auto_topup_card_start(user=account_of(request), base_url=settings.PUBLIC_URL)
         except PaymentUnavailable as exc:
             raise PaymentsUnavailable(str(exc)) from exc
         return Response({"setup_url": url}, status=status.HTTP_201_CREATED)
@@ -209,5 +210,5 @@ class AutoTopUpCardView(APIView):
         responses={204: OpenApiResponse(description="Removed")},
     )
     def delete(self, request, *args, **kwargs):
-        auto_topup_card_remove(user=request.user, ip=request.META.get("REMOTE_ADDR"))
+        auto_topup_card_remove(user=account_of(request), ip=request.META.get("REMOTE_ADDR"))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -33,6 +33,7 @@ from gpurental.rentals.services.reservations import (
     reservation_quote,
     reservation_relaunch,
 )
+from gpurental.teams.acting import account_of
 
 
 @extend_schema(tags=["reservations"])
@@ -50,7 +51,9 @@ class ReservationViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Reservation.objects.none()
-        return rental_selectors.reservations_visible_to(user=self.request.user).prefetch_related(
+        return rental_selectors.reservations_visible_to(
+            user=account_of(self.request)
+        ).prefetch_related(
             Prefetch(
                 "allocations",
                 queryset=Allocation.objects.select_related("gpu__host"),
@@ -99,7 +102,7 @@ class ReservationViewSet(
         form.is_valid(raise_exception=True)
         data = form.validated_data
         reservation = reservation_book(
-            user=request.user,
+            user=account_of(request),
             image=data["image"],
             start=data["start"],
             end=data["end"],
@@ -132,7 +135,7 @@ class ReservationViewSet(
     @idempotent
     def relaunch(self, request, pk=None):
         instance = reservation_relaunch(reservation=self.get_object(), actor=request.user)
-        fresh = instances_for(request.user).get(pk=instance.pk)
+        fresh = instances_for(account_of(request)).get(pk=instance.pk)
         return Response(
             InstanceDetailSerializer(fresh, context=self.get_serializer_context()).data,
             status=status.HTTP_201_CREATED,

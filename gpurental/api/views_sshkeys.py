@@ -14,12 +14,12 @@ from gpurental.accounts.services import ssh_key_add, ssh_key_delete
 from gpurental.accounts.sshkeys import SSHKeyRefused
 from gpurental.api import serializers_sshkeys as s
 from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, OwnedMixin
+from gpurental.api.views import IDEMPOTENCY_KEY, PersonalMixin
 
 
 @extend_schema(tags=["account"])
 class SSHKeyViewSet(
-    OwnedMixin,
+    PersonalMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.DestroyModelMixin,

@@ -13,11 +13,13 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Q
 
 from gpurental.accounts.models import SSHKey
 from gpurental.accounts.services import ssh_key_touch
 from gpurental.gateway import sshkeys
 from gpurental.rentals.models import Instance, InstanceStatus
+from gpurental.teams import roles
 
 # The user inside instance images (images/README.md); their sshd can log in no one else.
 CONTAINER_USER = "jovyan"
@@ -72,7 +74,12 @@ def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
     port = (instance.ports or {}).get(str(instance.image.ssh_port))
     if not port or not instance.ssh_host_key:
         return None
-    key = SSHKey.objects.filter(user_id=instance.user_id, public_key=public_key_line).first()
+    # The owner's keys; for a team's instance, those of its members who may operate it.
+    holders = Q(user_id=instance.user_id) | Q(
+        user__memberships__team__account_id=instance.user_id,
+        user__memberships__role__in=roles.OPERATORS,
+    )
+    key = SSHKey.objects.filter(holders, public_key=public_key_line, user__is_active=True).first()
     if key is None:
         return None
     ssh_key_touch(key_id=key.pk)

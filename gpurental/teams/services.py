@@ -1,0 +1,288 @@
+"""Every change to a team: one service each, in a transaction, with the team row locked
+(so that two requests cannot both remove "the other" owner), and one ``TeamEvent``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from gpurental.accounts.models import AccountKind, User
+from gpurental.teams import roles
+from gpurental.teams.models import Invitation, Membership, Team, TeamEvent, TeamEventKind
+
+INVITATION_DAYS = 7
+TEAM_EMAIL_DOMAIN = "teams.invalid"
+RESERVED_SLUGS = {
+    "switch",
+    "invite",
+}  # console paths under /teams/  # RFC 2606: never delivered anywhere
+
+
+class TeamRefused(ValueError):
+    """A change that breaks a rule; ``field`` names the input at fault."""
+
+    def __init__(self, message: str, *, field: str = "non_field_errors"):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class RoleTooLow(PermissionError):
+    """The actor's role does not allow this change."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def _hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _event(team: Team, kind: str, *, actor: User | None, subject: str = "", **detail):
+    return TeamEvent.objects.create(
+        team=team, kind=kind, actor=actor, subject_email=subject, detail=detail
+    )
+
+
+def _locked(team: Team) -> Team:
+    return Team.objects.select_for_update().get(pk=team.pk)
+
+
+def _role_of(team: Team, user: User) -> str | None:
+    return Membership.objects.filter(team=team, user=user).values_list("role", flat=True).first()
+
+
+def _require(team: Team, actor: User, needed: str) -> str:
+    role = _role_of(team, actor)
+    if role is None:
+        raise RoleTooLow("you are not a member of this team")
+    if not roles.at_least(role, needed):
+        raise RoleTooLow(roles.refusal(needed, role))
+    return role
+
+
+def _check_role_value(role: str) -> None:
+    if role not in roles.ROLES:
+        raise TeamRefused(
+            f"role: {role!r} is not a role; choose from {', '.join(roles.ROLES)}", field="role"
+        )
+
+
+def _may_grant(actor_role: str, role: str, *, current: str | None = None) -> None:
+    """Admins manage members and viewers; only owners touch admins and owners."""
+    touches_high = roles.RANK[role] >= roles.RANK[roles.ADMIN] or (
+        current is not None and roles.RANK[current] >= roles.RANK[roles.ADMIN]
+    )
+    if touches_high and actor_role != roles.OWNER:
+        raise RoleTooLow(
+            f"your role in this team is {actor_role}; only an owner may give, change or "
+            "remove the admin and owner roles"
+        )
+
+
+def _owners(team: Team) -> int:
+    return Membership.objects.filter(team=team, role=roles.OWNER).count()
+
+
+@transaction.atomic
+def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
+    """A team with its own account; the creator is its first owner."""
+    now = now or timezone.now()
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise TeamRefused("name: give the team a name of 1 to 100 characters", field="name")
+    slug = slugify(slug or name)[:50].strip("-")
+    if not slug:
+        raise TeamRefused("slug: needs at least one letter or digit (a-z, 0-9, '-')", field="slug")
+    if slug in RESERVED_SLUGS:
+        raise TeamRefused(f"slug: {slug!r} is reserved; choose another", field="slug")
+    if creator.kind == AccountKind.TEAM:
+        raise TeamRefused("a team account cannot create teams")
+    if Team.objects.filter(slug=slug).exists():
+        raise TeamRefused(f"slug: {slug!r} is taken; choose another", field="slug")
+    account = User.objects.create_user(
+        email=f"team+{slug}@{TEAM_EMAIL_DOMAIN}",
+        password=None,  # unusable: a team account never logs in
+        full_name=name,
+        company=name,
+        kind=AccountKind.TEAM,
+    )
+    try:
+        with transaction.atomic():
+            team = Team.objects.create(
+                name=name, slug=slug, account=account, created_by=creator, created_at=now
+            )
+    except IntegrityError as exc:  # a concurrent create took the slug
+        raise TeamRefused(f"slug: {slug!r} is taken; choose another", field="slug") from exc
+    Membership.objects.create(team=team, user=creator, role=roles.OWNER, joined_at=now)
+    _event(team, TeamEventKind.CREATED, actor=creator, subject=creator.email, name=name)
+    return team
+
+
+@transaction.atomic
+def team_rename(*, team: Team, actor: User, name: str) -> Team:
+    team = _locked(team)
+    _require(team, actor, roles.OWNER)
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise TeamRefused("name: give the team a name of 1 to 100 characters", field="name")
+    old, team.name = team.name, name
+    team.save(update_fields=["name"])
+    _event(team, TeamEventKind.RENAMED, actor=actor, old=old, new=name)
+    return team
+
+
+def invite(*, team: Team, actor: User, email: str, role: str, now=None) -> tuple[Invitation, str]:
+    """Invite ``email`` as ``role``; sends the link by e-mail and returns (row, raw token)."""
+    now = now or timezone.now()
+    email = (email or "").strip()
+    _check_role_value(role)
+    if "@" not in email or len(email) > 254:
+        raise TeamRefused("email: give the e-mail address of the person to invite", field="email")
+    with transaction.atomic():
+        team = _locked(team)
+        actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
+        _may_grant(actor_role, role)
+        if Membership.objects.filter(team=team, user__email__iexact=email).exists():
+            raise TeamRefused(f"email: {email} is already a member of this team", field="email")
+        raw = secrets.token_urlsafe(32)
+        invitation = Invitation.objects.create(
+            team=team,
+            email=email,
+            role=role,
+            token_hash=_hash(raw),
+            created_at=now,
+            expires_at=now + dt.timedelta(days=INVITATION_DAYS),
+            invited_by=actor,
+        )
+        _event(team, TeamEventKind.INVITED, actor=actor, subject=email, role=role)
+    link = f"{settings.PUBLIC_URL.rstrip('/')}/teams/invite/{raw}/"
+    send_mail(
+        subject=f"Join the team {team.name} on gpurental",
+        message=(
+            f"{actor.email} invites you to the team {team.name} as {role}.\n\n"
+            f"Accept within {INVITATION_DAYS} days, logged in as {email}:\n{link}\n"
+        ),
+        from_email=None,
+        recipient_list=[email],
+    )
+    return invitation, raw
+
+
+def invitation_find(*, token: str) -> Invitation | None:
+    return Invitation.objects.select_related("team").filter(token_hash=_hash(token or "")).first()
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, user: User, now=None) -> Membership:
+    now = now or timezone.now()
+    invitation = (
+        Invitation.objects.select_for_update().filter(token_hash=_hash(token or "")).first()
+    )
+    if invitation is None:
+        raise TeamRefused(
+            "this invitation link is not valid: check that it is complete", field="token"
+        )
+    state = invitation.state(now)
+    if state == "accepted":
+        raise TeamRefused("this invitation has already been used", field="token")
+    if state == "revoked":
+        raise TeamRefused("this invitation was withdrawn by the team", field="token")
+    if state == "expired":
+        raise TeamRefused(
+            f"this invitation expired on {invitation.expires_at:%Y-%m-%d %H:%M} UTC; ask the "
+            "team for a new one",
+            field="token",
+        )
+    if invitation.email.lower() != user.email.lower():
+        raise TeamRefused(
+            f"this invitation is for {invitation.email}; log in with that address to accept it",
+            field="email",
+        )
+    team = _locked(invitation.team)
+    if Membership.objects.filter(team=team, user=user).exists():
+        raise TeamRefused("you are already a member of this team", field="token")
+    membership = Membership.objects.create(
+        team=team, user=user, role=invitation.role, joined_at=now
+    )
+    invitation.accepted_at, invitation.accepted_by = now, user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    _event(team, TeamEventKind.JOINED, actor=user, subject=user.email, role=invitation.role)
+    return membership
+
+
+@transaction.atomic
+def invitation_revoke(*, invitation: Invitation, actor: User, now=None) -> Invitation:
+    now = now or timezone.now()
+    team = _locked(invitation.team)
+    actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
+    _may_grant(actor_role, invitation.role)
+    updated = Invitation.objects.filter(
+        pk=invitation.pk, accepted_at__isnull=True, revoked_at__isnull=True
+    ).update(revoked_at=now)
+    if updated:
+        _event(team, TeamEventKind.INVITATION_REVOKED, actor=actor, subject=invitation.email)
+    invitation.refresh_from_db()
+    return invitation
+
+
+@transaction.atomic
+def role_change(*, membership: Membership, role: str, actor: User) -> Membership:
+    _check_role_value(role)
+    team = _locked(membership.team)
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
+    _may_grant(actor_role, role, current=membership.role)
+    if membership.role == role:
+        return membership
+    if membership.role == roles.OWNER and _owners(team) == 1:
+        raise TeamRefused(
+            "role: this is the team's last owner; make someone else owner first", field="role"
+        )
+    old, membership.role = membership.role, role
+    membership.save(update_fields=["role"])
+    _event(
+        team,
+        TeamEventKind.ROLE_CHANGED,
+        actor=actor,
+        subject=membership.user.email,
+        old=old,
+        new=role,
+    )
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, membership: Membership, actor: User) -> None:
+    team = _locked(membership.team)
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    if membership.user_id == actor.pk:
+        raise TeamRefused("to remove yourself, leave the team", field="user")
+    actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
+    _may_grant(actor_role, membership.role, current=membership.role)
+    if membership.role == roles.OWNER and _owners(team) == 1:
+        raise TeamRefused("this is the team's last owner", field="user")
+    email, role = membership.user.email, membership.role
+    membership.delete()
+    _event(team, TeamEventKind.REMOVED, actor=actor, subject=email, role=role)
+
+
+@transaction.atomic
+def leave(*, membership: Membership) -> None:
+    team = _locked(membership.team)
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    if membership.role == roles.OWNER and _owners(team) == 1:
+        raise TeamRefused(
+            "you are the team's last owner: make someone else owner before you leave",
+            field="user",
+        )
+    user, role = membership.user, membership.role
+    membership.delete()
+    _event(team, TeamEventKind.LEFT, actor=user, subject=user.email, role=role)
