@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.billing import documents, pricing
 from gpurental.billing.models import Invoice
@@ -24,6 +25,7 @@ from gpurental.billing.selectors import (
     usage_by_day,
 )
 from gpurental.billing.services.vouchers import voucher_applied_between
+from gpurental.teams.acting import account_of
 
 
 def _voucher_applied(invoice: Invoice):
@@ -51,7 +53,7 @@ def invoice_document_response(invoice: Invoice, fmt: str) -> HttpResponse:
             content_type="text/csv; charset=utf-8",
         )
     else:
-        raise Http404("Unknown format: pdf or csv.")
+        raise Http404(_("Unknown format: pdf or csv."))
     response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return response
 
@@ -67,15 +69,17 @@ def invoice_list(request):
         start, end = pricing.local_month(year, month, operator_zone())
     usage = [
         {**row.__dict__, "cost": quantize_money(row.cost)}
-        for row in usage_by_day(user=request.user, start=start, end=end)
+        for row in usage_by_day(user=account_of(request), start=start, end=end)
     ]
     return render(
         request,
         "billing/invoices.html",
         {
-            "invoices": invoices_visible_to(user=request.user).order_by("-period_start", "-id"),
-            "status": balance_status(user=request.user),
-            "spend": month_spend(user=request.user, now=timezone.now()),
+            "invoices": invoices_visible_to(user=account_of(request)).order_by(
+                "-period_start", "-id"
+            ),
+            "status": balance_status(user=account_of(request)),
+            "spend": month_spend(user=account_of(request), now=timezone.now()),
             "usage": usage,
             "usage_month": f"{year}-{month:02d}",
             "usage_hours": sum((row["gpu_hours"] for row in usage), 0),
@@ -87,9 +91,9 @@ def invoice_list(request):
 
 @login_required
 def invoice_document(request, pk: int, fmt: str):
-    invoice = invoices_visible_to(user=request.user).filter(pk=pk).first()
+    invoice = invoices_visible_to(user=account_of(request)).filter(pk=pk).first()
     if invoice is None:
-        raise Http404("No such invoice.")
+        raise Http404(_("No such invoice."))
     return invoice_document_response(invoice, fmt)
 
 
@@ -101,12 +105,12 @@ def usage_csv(request):
         start, end = pricing.local_month(year, month, operator_zone())
     except (ValueError, OverflowError):
         return HttpResponseBadRequest(
-            "month: use YYYY-MM, e.g. 2026-10", content_type="text/plain; charset=utf-8"
+            _("month: use YYYY-MM, e.g. 2026-10"), content_type="text/plain; charset=utf-8"
         )
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(["day", "instance", "instance_name", "plan", "gpu_hours", "cost", "currency"])
-    for row in usage_by_day(user=request.user, start=start, end=end):
+    for row in usage_by_day(user=account_of(request), start=start, end=end):
         writer.writerow(
             [
                 row.day,

@@ -19,6 +19,8 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpRespo
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from gpurental.accounts.models import ApiKey
@@ -44,12 +46,20 @@ from gpurental.gateway import tickets
 from gpurental.rentals.exceptions import RentalError
 from gpurental.rentals.selectors import instance_visible_to, reservations_visible_to
 from gpurental.rentals.services import lifecycle, reservations
+from gpurental.teams import roles
+from gpurental.teams.acting import account_of, require_role, role_refusal
 
 ACTIONS = {
     "stop": lifecycle.instance_stop,
     "start": lifecycle.instance_start,
     "restart": lifecycle.instance_restart,
     "terminate": lifecycle.instance_terminate,
+}
+REQUESTED = {
+    "stop": gettext_lazy("Stop requested."),
+    "start": gettext_lazy("Start requested."),
+    "restart": gettext_lazy("Restart requested."),
+    "terminate": gettext_lazy("Terminate requested."),
 }
 
 
@@ -84,7 +94,7 @@ def signup_confirm_view(request, token: str):
         user = signup_confirm(token=token, ip=request.META.get("REMOTE_ADDR"))
         if user is not None:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-            messages.success(request, "Welcome! Your account is ready.")
+            messages.success(request, _("Welcome! Your account is ready."))
             return redirect("dashboard")
         pending = None
     return render(request, "registration/signup_confirm.html", {"pending": pending})
@@ -92,14 +102,18 @@ def signup_confirm_view(request, token: str):
 
 @login_required
 def dashboard(request):
-    return render(request, "console/dashboard.html", selectors.dashboard_context(user=request.user))
+    return render(
+        request, "console/dashboard.html", selectors.dashboard_context(user=account_of(request))
+    )
 
 
 @login_required
 def dashboard_instances(request):
     """The instance table alone: the dashboard refreshes it every few seconds (htmx)."""
     return render(
-        request, "console/_instance_rows.html", selectors.dashboard_context(user=request.user)
+        request,
+        "console/_instance_rows.html",
+        selectors.dashboard_context(user=account_of(request)),
     )
 
 
@@ -107,11 +121,13 @@ def dashboard_instances(request):
 def launch(request):
     initial = {k: request.GET[k] for k in ("gpu_model", "gpu_count", "image") if k in request.GET}
     form = LaunchForm(request.POST or None, initial=initial)
+    if request.method == "POST":
+        require_role(request, roles.OPERATE)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             instance = lifecycle.instance_launch(
-                user=request.user,
+                user=account_of(request),
                 image=data["image"],
                 gpu_model=data["gpu_model"],
                 gpu_count=data["gpu_count"],
@@ -125,10 +141,12 @@ def launch(request):
     return render(request, "console/launch.html", {"form": form, "prices": selectors.price_table()})
 
 
-def _own_or_404(request, instance_id):
-    instance = instance_visible_to(user=request.user, instance_id=instance_id)
+def _own_or_404(request, instance_id, *, operate: bool = False):
+    instance = instance_visible_to(user=account_of(request), instance_id=instance_id)
     if instance is None:
         raise Http404("No such instance.")
+    if operate:
+        require_role(request, roles.OPERATE)
     return instance
 
 
@@ -138,14 +156,18 @@ def instance_detail(request, instance_id):
     return render(
         request,
         "console/instance.html",
-        selectors.instance_context(instance=instance, viewer=request.user),
+        # A team's viewer reads it like staff would: no way in.
+        selectors.instance_context(
+            instance=instance,
+            viewer=request.user if role_refusal(request, roles.OPERATE) else account_of(request),
+        ),
     )
 
 
 @login_required
 @require_POST
 def instance_action(request, instance_id, action):
-    instance = _own_or_404(request, instance_id)
+    instance = _own_or_404(request, instance_id, operate=True)
     service = ACTIONS.get(action)
     if service is None:
         raise Http404("No such action.")
@@ -154,7 +176,7 @@ def instance_action(request, instance_id, action):
     except RentalError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, f"{action.capitalize()} requested.")
+        messages.success(request, REQUESTED[action])
     return redirect("instance", instance_id=instance.pk)
 
 
@@ -162,21 +184,24 @@ def instance_action(request, instance_id, action):
 @require_POST
 def instance_idle_policy(request, instance_id):
     """Stop after N idle minutes (0 = off): the same service as the API's."""
-    instance = _own_or_404(request, instance_id)
+    instance = _own_or_404(request, instance_id, operate=True)
     text = request.POST.get("idle_stop_minutes", "").strip()
     try:
         minutes = int(text)
         lifecycle.instance_set_idle_policy(instance=instance, minutes=minutes, actor=request.user)
     except ValueError:
-        messages.error(request, f"idle_stop_minutes: {text!r} is not a whole number of minutes")
+        messages.error(
+            request,
+            _("idle_stop_minutes: %(text)r is not a whole number of minutes") % {"text": text},
+        )
     except RentalError as exc:
         messages.error(request, exc.message)
     else:
         messages.success(
             request,
-            f"Idle auto-stop: after {minutes} idle minutes."
+            _("Idle auto-stop: after %(minutes)s idle minutes.") % {"minutes": minutes}
             if minutes
-            else "Idle auto-stop is off.",
+            else _("Idle auto-stop is off."),
         )
     return redirect("instance", instance_id=instance.pk)
 
@@ -185,16 +210,16 @@ def instance_idle_policy(request, instance_id):
 def instance_open(request, instance_id):
     """One click to JupyterLab (or another HTTP port the image declares, ``?port=``): only
     the owner, only while it runs, through the gateway with a one-time ticket."""
-    instance = _own_or_404(request, instance_id)
-    if instance.user_id != request.user.pk:
+    instance = _own_or_404(request, instance_id, operate=True)
+    if instance.user_id != account_of(request).pk:
         raise Http404("No such instance.")
     port = request.GET.get("port", "")
     if port and not port.isdigit():
-        messages.error(request, f"port: {port!r} is not a port number.")
+        messages.error(request, _("port: %(port)r is not a port number.") % {"port": port})
         return redirect("instance", instance_id=instance.pk)
     try:
         ticket = tickets.connect(
-            user=request.user, instance=instance, port=int(port) if port else None
+            user=instance.user, instance=instance, port=int(port) if port else None
         )
     except RentalError as exc:
         messages.error(request, exc.message)
@@ -212,7 +237,7 @@ def api_keys(request):
     if request.method == "POST" and form.is_valid():
         days = form.cleaned_data["expires_in_days"]
         try:
-            _, new_key = api_key_create(
+            _key, new_key = api_key_create(
                 user=request.user,
                 name=form.cleaned_data["name"],
                 scopes=form.cleaned_data["scopes"],
@@ -233,7 +258,7 @@ def api_keys(request):
 def api_key_revoke_view(request, key_id):
     key = get_object_or_404(ApiKey, pk=key_id, user=request.user)
     api_key_revoke(key=key, actor=request.user)
-    messages.success(request, f"Key {key.name} revoked.")
+    messages.success(request, _("Key %(name)s revoked.") % {"name": key.name})
     return redirect("api_keys")
 
 
@@ -284,14 +309,15 @@ def reservation_list(request):
     if request.method == "POST" and "quote" in request.POST:
         quote = _quote(form, now)
     elif request.method == "POST" and form.is_valid():
+        require_role(request, roles.OPERATE)
         data = form.cleaned_data
         start, end = form.period
         if not _first_submit(request.user, data.get("nonce", "")):
-            messages.info(request, "That form was sent twice: it was booked (and paid) once.")
+            messages.info(request, _("That form was sent twice: it was booked (and paid) once."))
             return redirect("reservations")
         try:
             reservation = reservations.reservation_book(
-                user=request.user,
+                user=account_of(request),
                 image=data["image"],
                 start=start,
                 end=end,
@@ -304,11 +330,16 @@ def reservation_list(request):
         else:
             messages.success(
                 request,
-                f"Booked {reservation}; paid {reservation.price} {settings.BILLING_CURRENCY}.",
+                _("Booked %(reservation)s; paid %(price)s %(currency)s.")
+                % {
+                    "reservation": reservation,
+                    "price": reservation.price,
+                    "currency": settings.BILLING_CURRENCY,
+                },
             )
             return redirect("reservations")
     context = selectors.reservations_context(
-        user=request.user, model_slug=request.GET.get("model"), now=now
+        user=account_of(request), model_slug=request.GET.get("model"), now=now
     )
     return render(request, "console/reservations.html", {**context, "form": form, "quote": quote})
 
@@ -326,9 +357,13 @@ def reservation_quote(request):
 
 
 def _reservation_or_404(request, reservation_id):
-    reservation = reservations_visible_to(user=request.user).filter(pk=reservation_id).first()
+    reservation = (
+        reservations_visible_to(user=account_of(request)).filter(pk=reservation_id).first()
+    )
     if reservation is None:
         raise Http404("No such reservation.")
+    if request.method == "POST":
+        require_role(request, roles.OPERATE)
     return reservation
 
 
@@ -353,8 +388,12 @@ def reservation_cancel_view(request, reservation_id):
     else:
         messages.success(
             request,
-            f"Cancelled {reservation}; refunded {reservation.refunded} "
-            f"{settings.BILLING_CURRENCY}.",
+            _("Cancelled %(reservation)s; refunded %(refunded)s %(currency)s.")
+            % {
+                "reservation": reservation,
+                "refunded": reservation.refunded,
+                "currency": settings.BILLING_CURRENCY,
+            },
         )
     if request.POST.get("next") == "detail":
         return redirect("reservation", reservation_id=reservation.pk)
@@ -370,7 +409,9 @@ def reservation_relaunch_view(request, reservation_id):
     except RentalError as exc:
         messages.error(request, exc.message)
         return redirect("reservation", reservation_id=reservation.pk)
-    messages.success(request, f"Launching {instance} on the reserved GPUs.")
+    messages.success(
+        request, _("Launching %(instance)s on the reserved GPUs.") % {"instance": instance}
+    )
     return redirect("instance", instance_id=instance.pk)
 
 

@@ -13,6 +13,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from gpurental.baremetal import selectors, services
@@ -20,6 +22,8 @@ from gpurental.baremetal.models import DedicatedPlan
 from gpurental.catalog.models import ImageTemplate
 from gpurental.console.forms import UTCDateTimeField
 from gpurental.rentals.exceptions import RentalError
+from gpurental.teams import roles
+from gpurental.teams.acting import account_of, needs_role, require_role
 
 
 class LeaseForm(forms.Form):
@@ -27,16 +31,18 @@ class LeaseForm(forms.Form):
         queryset=DedicatedPlan.objects.filter(is_active=True),
         to_field_name="slug",
         empty_label=None,
-        label="Host",
+        label=gettext_lazy("Host"),
     )
     start = UTCDateTimeField(
-        label="Start (UTC)",
+        label=gettext_lazy("Start (UTC)"),
         required=False,
-        help_text="Empty: now, at the on-demand rate. Later: booked ahead, at the reserved rate.",
+        help_text=gettext_lazy(
+            "Empty: now, at the on-demand rate. Later: booked ahead, at the reserved rate."
+        ),
     )
-    hours = forms.IntegerField(min_value=1, initial=4, label="Hours")
+    hours = forms.IntegerField(min_value=1, initial=4, label=gettext_lazy("Hours"))
     host_network = forms.BooleanField(
-        required=False, label="Host networking (only hosts whose operator allows it)"
+        required=False, label=gettext_lazy("Host networking (only hosts whose operator allows it)")
     )
 
     def add_service_error(self, field: str | None, message: str) -> None:
@@ -56,13 +62,15 @@ class LeaseLaunchForm(forms.Form):
 def leases(request):
     now = timezone.now()
     form = LeaseForm(request.POST or None)
+    if request.method == "POST":
+        require_role(request, roles.OPERATE)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         start = data.get("start")
         end = (start or now) + dt.timedelta(hours=data["hours"])
         try:
             lease = services.lease_book(
-                user=request.user,
+                user=account_of(request),
                 plan=data["plan"],
                 start=start,
                 end=end,
@@ -72,7 +80,7 @@ def leases(request):
         except RentalError as exc:
             form.add_service_error(exc.field, exc.message)
         else:
-            messages.success(request, f"Leased {lease.host.name}.")
+            messages.success(request, _("Leased %(host)s.") % {"host": lease.host.name})
             return redirect("lease", lease_id=lease.pk)
     plans = [(plan, selectors.hourly_rates(plan)) for plan in selectors.plans_offered()]
     return render(
@@ -81,14 +89,14 @@ def leases(request):
         {
             "form": form,
             "plans": plans,
-            "leases": selectors.leases_visible_to(user=request.user),
+            "leases": selectors.leases_visible_to(user=account_of(request)),
             "currency": settings.BILLING_CURRENCY,
         },
     )
 
 
 def _lease_or_404(request, lease_id):
-    lease = selectors.lease_visible_to(user=request.user, lease_id=lease_id)
+    lease = selectors.lease_visible_to(user=account_of(request), lease_id=lease_id)
     if lease is None:
         raise Http404("No such lease.")
     return lease
@@ -114,24 +122,29 @@ def lease_detail(request, lease_id):
 
 @login_required
 @require_POST
+@needs_role(roles.OPERATE)
 def lease_action(request, lease_id, action):
     lease = _lease_or_404(request, lease_id)
     try:
         if action == "launch":
             form = LeaseLaunchForm(request.POST)
             if not form.is_valid():
-                raise RentalError("choose an image", field="image")
+                raise RentalError(_("choose an image"), field="image")
             instance = services.lease_launch(
                 lease=lease, image=form.cleaned_data["image"], actor=request.user
             )
-            messages.success(request, f"Launching {instance} on {lease.host.name}.")
+            messages.success(
+                request,
+                _("Launching %(instance)s on %(host)s.")
+                % {"instance": instance, "host": lease.host.name},
+            )
             return redirect("instance", instance_id=instance.pk)
         if action == "end":
             services.lease_end(lease=lease, actor=request.user)
-            messages.success(request, "The lease ended; billing stopped.")
+            messages.success(request, _("The lease ended; billing stopped."))
         elif action == "cancel":
             services.lease_cancel(lease=lease, actor=request.user)
-            messages.success(request, "The lease was cancelled; nothing was billed.")
+            messages.success(request, _("The lease was cancelled; nothing was billed."))
         else:
             raise Http404("No such action.")
     except RentalError as exc:

@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from gpurental.api.serializers_groups import (
@@ -22,6 +23,8 @@ from gpurental.groups import specs
 from gpurental.groups.models import Group
 from gpurental.groups.selectors import group_frame, group_quote, groups_visible_to
 from gpurental.groups.services import group_apply, group_delete
+from gpurental.teams import roles
+from gpurental.teams.acting import account_of, needs_role, require_role
 
 FORMATS = (("hcl", "HCL"), ("yaml", "YAML"), ("json", "JSON"))
 
@@ -53,15 +56,20 @@ def group_list(request):
     if fmt not in dict(FORMATS):
         fmt = "hcl"
     quote = error = created = None
+    if request.method == "POST" and "apply" in request.POST:
+        require_role(request, roles.OPERATE)
     if request.method == "POST":
         try:
             if "apply" in request.POST:
                 # The service locks the user's row by its model: the user itself, not the lazy proxy.
-                user = get_user_model().objects.get(pk=request.user.pk)
+                user = get_user_model().objects.get(pk=account_of(request).pk)
                 applied = group_apply(user=user, source=source, fmt=fmt)
                 if not applied.created:
-                    what = "; ".join(applied.changes) if applied.changes else "unchanged"
-                    messages.success(request, f"Group {applied.group.name}: {what}.")
+                    what = "; ".join(applied.changes) if applied.changes else _("unchanged")
+                    messages.success(
+                        request,
+                        _("Group %(name)s: %(what)s.") % {"name": applied.group.name, "what": what},
+                    )
                     return redirect("group", group_id=applied.group.pk)
                 created = {
                     "group": applied.group,
@@ -69,11 +77,11 @@ def group_list(request):
                     "url": routes.group_origin(applied.group.pk),
                 }
             else:
-                quote = _quote(user=request.user, source=source, fmt=fmt)
+                quote = _quote(user=account_of(request), source=source, fmt=fmt)
         except specs.SpecError as exc:
             error = {"field": exc.field, "message": exc.message}
     groups = (
-        groups_visible_to(user=request.user, with_ready=True)
+        groups_visible_to(user=account_of(request), with_ready=True)
         .exclude(status=Group.Status.DELETED)
         .order_by("name", "created_at")
     )
@@ -94,9 +102,9 @@ def group_list(request):
 
 
 def _group_or_404(request, group_id) -> Group:
-    group = groups_visible_to(user=request.user).filter(pk=group_id).first()
+    group = groups_visible_to(user=account_of(request)).filter(pk=group_id).first()
     if group is None:
-        raise Http404("No such group.")
+        raise Http404(_("No such group."))
     return group
 
 
@@ -143,11 +151,15 @@ def group_samples(request, group_id):
 
 @login_required
 @require_POST
+@needs_role(roles.OPERATE)
 def group_delete_view(request, group_id):
     group = _group_or_404(request, group_id)
     group = group_delete(group=group, actor=request.user)
     if group.status == Group.Status.DELETED:
-        messages.success(request, f"Group {group.name} deleted.")
+        messages.success(request, _("Group %(name)s deleted.") % {"name": group.name})
     else:
-        messages.success(request, f"Group {group.name} is being deleted: its replicas terminate.")
+        messages.success(
+            request,
+            _("Group %(name)s is being deleted: its replicas terminate.") % {"name": group.name},
+        )
     return redirect("groups")

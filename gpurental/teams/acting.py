@@ -9,6 +9,8 @@ once, for the console and for keys alike.
 
 from __future__ import annotations
 
+import functools
+
 from django.core.exceptions import PermissionDenied
 
 from gpurental.accounts.models import AccountKind
@@ -63,3 +65,18 @@ def require_role(request, needed: str) -> None:
     reason = role_refusal(request, needed)
     if reason:
         raise PermissionDenied(reason)
+
+
+def needs_role(needed: str):
+    """A console view decorator: acting for a team, the person's role must reach ``needed``
+    (403 naming it)."""
+
+    def wrap(view):
+        @functools.wraps(view)
+        def checked(request, *args, **kwargs):
+            require_role(request, needed)
+            return view(request, *args, **kwargs)
+
+        return checked
+
+    return wrap
