@@ -30,7 +30,10 @@ LANGUAGE_DIR = "zh_Hans"
 # Texts that are the same in every language. Keep this tiny: each entry needs a reason.
 ALLOWED_TEXTS = {
     "gpurental",  # the brand name
+    "UTC",  # the time zone's name; the times beside it are not localised either
 }
+# Elements whose text is not prose: scripts, styles, and code a user types as it is.
+UNREAD_ELEMENTS = {"script", "style", "code", "kbd", "samp"}
 # Attributes whose values a person reads (tooltips, placeholders, confirm dialogs).
 VISIBLE_ATTRIBUTES = {"title", "placeholder", "alt", "aria-label", "data-confirm", "label"}
 ALLOWED = "|".join(re.escape(text) for text in sorted(ALLOWED_TEXTS))
@@ -86,10 +89,10 @@ class _VisibleText(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.found: list[tuple[int, str]] = []
-        self._hidden = 0  # inside <script> or <style>
+        self._hidden = 0  # inside <script>, <style>, or <code> (commands and keys stay as typed)
 
     def handle_starttag(self, tag, attrs):
-        if tag in {"script", "style"}:
+        if tag in UNREAD_ELEMENTS:
             self._hidden += 1
         attributes = dict(attrs)
         for name, value in attrs:
@@ -100,7 +103,7 @@ class _VisibleText(HTMLParser):
                 self._report(value)
 
     def handle_endtag(self, tag):
-        if tag in {"script", "style"} and self._hidden:
+        if tag in UNREAD_ELEMENTS and self._hidden:
             self._hidden -= 1
 
     def handle_data(self, data):

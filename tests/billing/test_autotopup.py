@@ -174,7 +174,7 @@ def test_below_the_threshold_the_saved_card_is_charged_and_the_webhook_credits(
         Kind.CREDITED,
     ]
     page = client.get("/credit/").content.decode()
-    assert "visa ending 4242" in page and "50.00 of 120.00 USD taken" in page
+    assert "visa ending 4242" in page and "$50.00 of $120.00 taken" in page
 
 
 def test_the_monthly_cap_is_never_passed_and_a_new_month_starts_again(client, stripe_api, alice):

@@ -240,7 +240,7 @@ def test_console_redeem_shows_the_credit_and_errors_name_the_field(client, alice
     assert wrong.status_code == 400 and b"code: no voucher has the code NOPE" in wrong.content
     done = client.post("/credit/redeem/", {"code": "poc-week"}, follow=True)
     assert b"Voucher POC-WEEK redeemed: 10.00 USD" in done.content
-    assert b"of which voucher credit 10.00 USD" in done.content
+    assert b"of which voucher credit $10.00" in done.content
     client.force_login(bob)
     assert b"POC-WEEK" not in client.get("/credit/").content
 

@@ -116,9 +116,9 @@ def test_quote_shows_the_price_and_books_nothing(client, alice, a100, image, nod
     data = form_data(a100, image, start)
 
     page = client.post(reverse("reservations"), {**data, "quote": "1"}).text
-    assert f"{price} USD" in page and "The table shows room for it" in page
+    assert f"${price}" in page and "The table shows room for it" in page
     partial = client.post(reverse("reservation_quote"), data).text
-    assert f"{price} USD" in partial and "<html" not in partial
+    assert f"${price}" in partial and "<html" not in partial
     assert not Reservation.objects.exists()
 
 
@@ -146,7 +146,7 @@ def test_booking_through_the_form_holds_gpus_and_debits_the_ledger(
     page = client.get(response["Location"]).text
     assert "Booked 2× A100" in page
     assert f'href="{reverse("reservation", args=[reservation.pk])}"' in page
-    assert f"refund {price} USD" in page  # three days ahead: all of it back
+    assert f"refund ${price}" in page  # three days ahead: all of it back
 
 
 def test_a_start_in_the_past_is_shown_next_to_the_start(client, alice, a100, image, node):
@@ -206,7 +206,7 @@ def test_cancel_late_refunds_the_late_percentage(client, alice, a100, image, nod
     )
     half = (reservation.price / 2).quantize(Decimal("0.01"))
     client.force_login(alice)
-    assert f"refund {half} USD" in client.get(reverse("reservations")).text
+    assert f"refund ${half}" in client.get(reverse("reservations")).text
     client.post(reverse("reservation_cancel", args=[reservation.pk]))
     reservation.refresh_from_db()
     assert reservation.status == R.CANCELLED and reservation.refunded == half

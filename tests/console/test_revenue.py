@@ -95,7 +95,7 @@ def test_revenue_matches_the_charges_and_reservations(client, carol, march):
     assert page.count("data-day=") == 31
 
     net = Decimal("6.933333") + kept.price
-    assert f'id="total-net">{net.quantize(Decimal("0.01"))} USD' in page
+    assert f'id="total-net">${net.quantize(Decimal("0.01")):,}' in page
     models = page.split('id="revenue-models"', 1)[1].split("</table>", 1)[0]
     a100_row = models.split("<td>A100 80GB SXM</td>", 1)[1].split("</tr>", 1)[0]
     assert f"<td>{(Decimal('6.60') + kept.price):.2f}</td>" in a100_row
@@ -114,7 +114,7 @@ def test_empty_month_and_bad_month(client, carol):
     client.force_login(carol)
     page = client.get(reverse("revenue"), {"month": "2031-02"}).text
     assert "No revenue in 2031-02" in page and page.count("data-day=") == 28
-    assert 'id="total-net">0.00 USD' in page
+    assert 'id="total-net">$0.00' in page
     page = client.get(reverse("revenue"), {"month": "2031-13"}).text
     assert "Use YYYY-MM" in page
     assert client.get(reverse("revenue_csv"), {"month": "nope"}).status_code == 400

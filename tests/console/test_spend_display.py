@@ -32,12 +32,12 @@ def test_the_dashboard_shows_this_months_spend_from_the_meter(
     card = page[page.index('id="spend"') :][:400]
     assert spend.total >= round(charged, 2) > 0
     # The page was rendered a moment after ``spend``: at most a few cents of running time apart.
-    shown = Decimal(card.split('class="big">')[1].split(" ")[0])
+    shown = Decimal(card.split('class="big">$')[1].split("<")[0].replace(",", ""))
     assert abs(shown - spend.total) <= Decimal("0.05")
     assert "forecast" in card
 
     detail = client.get(reverse("instance", args=[instance.pk])).text
-    cost = Decimal(detail[detail.index('id="cost"') :].split(">")[1].split(" ")[0])
+    cost = Decimal(detail[detail.index('id="cost"') :].split(">$")[1].split(" ")[0])
     assert abs(cost - spend.total) <= Decimal("0.05")
 
 
