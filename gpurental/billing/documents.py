@@ -20,12 +20,15 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import translation
+from django.utils.translation import gettext as _
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.utils import simpleSplit
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFError, TTFont
 from reportlab.pdfgen.canvas import Canvas
 
+from gpurental.accounts.languages import language_for
 from gpurental.accounts.models import User
 from gpurental.billing.models import Invoice, InvoiceLine
 
@@ -198,8 +201,21 @@ def invoice_pdf(
     issuer: str,
     voucher_applied: Decimal | None = None,
 ) -> bytes:
+    """The invoice in its customer's language (User.language, else English): whoever
+    downloads it, the document is the customer's."""
+    with translation.override(language_for(invoice.user)):
+        return _invoice_pdf(invoice, lines, issuer=issuer, voucher_applied=voucher_applied)
+
+
+def _invoice_pdf(
+    invoice: Invoice,
+    lines: Sequence[InvoiceLine],
+    *,
+    issuer: str,
+    voucher_applied: Decimal | None,
+) -> bytes:
     invoice_font()
-    title = "Credit note" if invoice.kind == Invoice.Kind.CREDIT_NOTE else "Invoice"
+    title = _("Credit note") if invoice.kind == Invoice.Kind.CREDIT_NOTE else _("Invoice")
     out = io.BytesIO()
     canvas = Canvas(out, pagesize=A4, pageCompression=1, invariant=1)
     canvas.setTitle(f"{title} {_number(invoice)}")
@@ -222,21 +238,34 @@ def invoice_pdf(
         page.text(
             MARGIN,
             732,
-            f"Period: {invoice.period_start:%Y-%m-%d} to {invoice.period_end:%Y-%m-%d} (exclusive)",
+            _("Period: %(start)s to %(end)s (exclusive)")
+            % {
+                "start": f"{invoice.period_start:%Y-%m-%d}",
+                "end": f"{invoice.period_end:%Y-%m-%d}",
+            },
         )
-        issued = f"Issued: {invoice.issued_at:%Y-%m-%d}" if invoice.issued_at else None
-        page.text(MARGIN, 718, issued or "Draft: not issued")
-        page.text(MARGIN, 704, f"Status: {invoice.get_status_display()}")
+        issued = (
+            _("Issued: %(day)s") % {"day": f"{invoice.issued_at:%Y-%m-%d}"}
+            if invoice.issued_at
+            else _("Draft: not issued")
+        )
+        page.text(MARGIN, 718, issued)
+        page.text(MARGIN, 704, _("Status: %(status)s") % {"status": invoice.get_status_display()})
         if invoice.corrects_id:
-            page.text(MARGIN, 690, f"Corrects invoice {invoice.corrects.number}")
-        page.text(BILL_TO_X, 732, "Bill to:", bold=True)
+            page.text(
+                MARGIN,
+                690,
+                _("Corrects invoice %(number)s") % {"number": invoice.corrects.number},
+            )
+        page.text(BILL_TO_X, 732, _("Bill to:"), bold=True)
         for n, item in enumerate(bill_to):
             page.text(BILL_TO_X, 718 - 14 * n, item)
 
     def table_head(y: float) -> None:
-        page.text(MARGIN, y, "Description", bold=True)
-        page.text(hours_x, y, "GPU-hours", bold=True, right=True)
-        page.text(amount_x, y, f"Amount ({invoice.currency})", bold=True, right=True)
+        page.text(MARGIN, y, _("Description"), bold=True)
+        page.text(hours_x, y, _("GPU-hours"), bold=True, right=True)
+        amount = _("Amount (%(currency)s)") % {"currency": invoice.currency}
+        page.text(amount_x, y, amount, bold=True, right=True)
 
     rest = lines[first_rows:]
     chunks = [lines[:first_rows]]
@@ -253,12 +282,17 @@ def invoice_pdf(
             page.text(amount_x, y, f"{line.amount:,.2f}", right=True)
             y -= 14
         if number == len(chunks):
-            page.text(MARGIN, y - 10, "Total", bold=True, size=11)
+            page.text(MARGIN, y - 10, _("Total"), bold=True, size=11)
             page.text(amount_x, y - 10, f"{invoice.total:,.2f}", bold=True, size=11, right=True)
             if voucher_applied:
-                page.text(MARGIN, y - 26, "Voucher credit applied (paid from vouchers)")
+                page.text(MARGIN, y - 26, _("Voucher credit applied (paid from vouchers)"))
                 page.text(amount_x, y - 26, f"{voucher_applied:,.2f}", right=True)
-        page.text(MARGIN, 40, f"{_number(invoice)}, page {number} of {len(chunks)}", size=8)
+        footer = _("%(invoice)s, page %(page)s of %(pages)s") % {
+            "invoice": _number(invoice),
+            "page": number,
+            "pages": len(chunks),
+        }
+        page.text(MARGIN, 40, footer, size=8)
         canvas.showPage()
     canvas.save()
     return out.getvalue()
