@@ -5,6 +5,8 @@ from django.conf import settings
 from django.contrib.auth import password_validation
 from django.core.validators import MaxValueValidator
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
@@ -16,16 +18,17 @@ class SignupForm(forms.Form):
     """The sign-up form. It never says whether an address is registered: both answers are
     "check your inbox" (accounts.services.signup_start)."""
 
-    email = forms.EmailField(max_length=254)
-    full_name = forms.CharField(max_length=150, required=False, label="Full name")
-    company = forms.CharField(max_length=150, required=False)
+    email = forms.EmailField(max_length=254, label=gettext_lazy("Email"))
+    full_name = forms.CharField(max_length=150, required=False, label=gettext_lazy("Full name"))
+    company = forms.CharField(max_length=150, required=False, label=gettext_lazy("Company"))
     password1 = forms.CharField(
-        label="Password",
+        label=gettext_lazy("Password"),
         widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
         help_text=password_validation.password_validators_help_text_html(),
     )
     password2 = forms.CharField(
-        label="Password again", widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})
+        label=gettext_lazy("Password again"),
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
     )
 
     def clean_email(self):
@@ -35,7 +38,7 @@ class SignupForm(forms.Form):
         data = super().clean()
         first, second = data.get("password1"), data.get("password2")
         if first and second and first != second:
-            self.add_error("password2", "The two passwords differ.")
+            self.add_error("password2", _("The two passwords differ."))
         elif first:
             try:
                 password_validation.validate_password(first, User(email=data.get("email", "")))
@@ -47,7 +50,9 @@ class SignupForm(forms.Form):
 class ImageChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: ImageTemplate) -> str:
         aliases = ", ".join(a.name for a in obj.aliases.all())
-        return f"{obj.name} (also: {aliases})" if aliases else obj.name
+        if not aliases:
+            return obj.name
+        return _("%(name)s (also: %(aliases)s)") % {"name": obj.name, "aliases": aliases}
 
 
 class LaunchForm(forms.Form):
@@ -55,27 +60,35 @@ class LaunchForm(forms.Form):
         queryset=GPUModel.objects.filter(plans__is_active=True).distinct(),
         to_field_name="slug",
         empty_label=None,
-        label="GPU",
+        label=gettext_lazy("GPU"),
     )
     gpu_count = forms.TypedChoiceField(
-        coerce=int, choices=[(n, n) for n in (1, 2, 4, 8)], initial=1, label="GPUs"
+        coerce=int, choices=[(n, n) for n in (1, 2, 4, 8)], initial=1, label=gettext_lazy("GPUs")
     )
     image = ImageChoiceField(
         queryset=ImageTemplate.objects.filter(is_active=True).prefetch_related("aliases"),
         to_field_name="slug",
         empty_label=None,
+        label=gettext_lazy("Image"),
     )
     model = forms.ChoiceField(
         required=False,
-        label="Model",
-        help_text="Optional: a Hugging Face model from the hosts' shared caches; hosts that "
-        "have it are chosen first",
+        label=gettext_lazy("Model"),
+        help_text=gettext_lazy(
+            "Optional: a Hugging Face model from the hosts' shared caches; hosts that "
+            "have it are chosen first"
+        ),
     )
-    name = forms.CharField(max_length=100, required=False, help_text="Optional, to recognise it by")
+    name = forms.CharField(
+        max_length=100,
+        required=False,
+        label=gettext_lazy("Name"),
+        help_text=gettext_lazy("Optional, to recognise it by"),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["model"].choices = [("", "none")] + [(m, m) for m in models_offered()]
+        self.fields["model"].choices = [("", _("none"))] + [(m, m) for m in models_offered()]
         # ?image=pytorch-2.1 (an alias) preselects the image it names.
         resolved = image_resolve(str(self.initial.get("image", "")))
         if resolved is not None:
@@ -96,21 +109,31 @@ class LaunchForm(forms.Form):
             )
             self.add_error(
                 "gpu_count",
-                f"{model.short_name} is offered with {', '.join(map(str, offered)) or 'no'} GPUs per instance.",
+                _("%(model)s is offered with %(counts)s GPUs per instance.")
+                % {"model": model.short_name, "counts": ", ".join(map(str, offered)) or _("no")},
             )
         return data
 
 
 class ApiKeyForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="e.g. laptop, CI, notebook")
+    name = forms.CharField(
+        max_length=100,
+        label=gettext_lazy("Name"),
+        help_text=gettext_lazy("e.g. laptop, CI, notebook"),
+    )
     scopes = forms.MultipleChoiceField(
         choices=[(s.value, s.label) for s in ApiKeyScope if s != ApiKeyScope.STAFF],
         initial=CUSTOMER_SCOPES,
         widget=forms.CheckboxSelectMultiple,
-        help_text="What the key may do",
+        label=gettext_lazy("Scopes"),
+        help_text=gettext_lazy("What the key may do"),
     )
     expires_in_days = forms.IntegerField(
-        required=False, min_value=1, max_value=3650, help_text="Empty: until revoked"
+        required=False,
+        min_value=1,
+        max_value=3650,
+        label=gettext_lazy("Expires in days"),
+        help_text=gettext_lazy("Empty: until revoked"),
     )
 
     def __init__(self, *args, user=None, **kwargs):
@@ -145,19 +168,25 @@ class ReservationForm(forms.Form):
         queryset=GPUModel.objects.filter(plans__is_active=True).distinct(),
         to_field_name="slug",
         empty_label=None,
-        label="GPU",
+        label=gettext_lazy("GPU"),
     )
     gpu_count = forms.TypedChoiceField(
-        coerce=int, choices=[(n, n) for n in (1, 2, 4, 8)], initial=1, label="GPUs"
+        coerce=int, choices=[(n, n) for n in (1, 2, 4, 8)], initial=1, label=gettext_lazy("GPUs")
     )
     image = forms.ModelChoiceField(
         queryset=ImageTemplate.objects.filter(is_active=True),
         to_field_name="slug",
         empty_label=None,
+        label=gettext_lazy("Image"),
     )
-    start = UTCDateTimeField(label="Start (UTC)", help_text="Whole minutes, in UTC")
+    start = UTCDateTimeField(
+        label=gettext_lazy("Start (UTC)"), help_text=gettext_lazy("Whole minutes, in UTC")
+    )
     hours = forms.IntegerField(
-        min_value=1, initial=4, label="Hours", help_text="How long the GPUs are yours"
+        min_value=1,
+        initial=4,
+        label=gettext_lazy("Hours"),
+        help_text=gettext_lazy("How long the GPUs are yours"),
     )
     # One per form shown: a second "Book and pay" of the same form books nothing.
     nonce = forms.CharField(required=False, widget=forms.HiddenInput, max_length=64)
@@ -167,7 +196,9 @@ class ReservationForm(forms.Form):
         most = settings.RESERVATION_MAX_HOURS
         self.fields["hours"].widget.attrs["max"] = most
         self.fields["hours"].validators.append(
-            MaxValueValidator(most, f"A reservation lasts at most {most} hours.")
+            MaxValueValidator(
+                most, _("A reservation lasts at most %(most)s hours.") % {"most": most}
+            )
         )
 
     def clean(self):
@@ -176,7 +207,9 @@ class ReservationForm(forms.Form):
         if start is not None:
             horizon = settings.RESERVATION_HORIZON_DAYS
             if start > dt.datetime.now(dt.UTC) + dt.timedelta(days=horizon):
-                self.add_error("start", f"Start within {horizon} days from now.")
+                self.add_error(
+                    "start", _("Start within %(days)s days from now.") % {"days": horizon}
+                )
         return data
 
     def add_service_error(self, field: str | None, message: str) -> None:
@@ -193,7 +226,10 @@ class MonthForm(forms.Form):
     month = forms.RegexField(
         regex=r"^(19[7-9]\d|2\d{3})-(0[1-9]|1[0-2])$",  # 1970–2999: what a bill can be for
         required=False,
-        error_messages={"invalid": "Use YYYY-MM between 1970 and 2999, e.g. 2026-10."},
+        label=gettext_lazy("Month"),
+        error_messages={
+            "invalid": gettext_lazy("Use YYYY-MM between 1970 and 2999, e.g. 2026-10.")
+        },
     )
 
     def year_month(self, *, today: dt.date) -> tuple[int, int]:

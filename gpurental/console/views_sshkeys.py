@@ -7,6 +7,8 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from gpurental.accounts.models import SSHKey
@@ -18,9 +20,17 @@ class SSHKeyForm(forms.Form):
     public_key = forms.CharField(
         max_length=16_384,
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
-        help_text="The contents of ~/.ssh/id_ed25519.pub (the public key, never the private one)",
+        label=gettext_lazy("Public key"),
+        help_text=gettext_lazy(
+            "The contents of ~/.ssh/id_ed25519.pub (the public key, never the private one)"
+        ),
     )
-    name = forms.CharField(max_length=100, required=False, help_text="Default: the key's comment")
+    name = forms.CharField(
+        max_length=100,
+        required=False,
+        label=gettext_lazy("Name"),
+        help_text=gettext_lazy("Default: the key's comment"),
+    )
 
 
 @login_required
@@ -36,7 +46,11 @@ def ssh_keys(request):
         except SSHKeyRefused as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
-            messages.success(request, f"SSH key {key.name} added ({key.fingerprint}).")
+            messages.success(
+                request,
+                _("SSH key %(name)s added (%(fingerprint)s).")
+                % {"name": key.name, "fingerprint": key.fingerprint},
+            )
             return redirect("ssh_keys")
     return render(
         request,
@@ -55,5 +69,5 @@ def ssh_keys(request):
 def ssh_key_delete_view(request, key_id):
     key = get_object_or_404(SSHKey, pk=key_id, user=request.user)
     ssh_key_delete(key=key, actor=request.user)
-    messages.success(request, f"SSH key {key.name} deleted.")
+    messages.success(request, _("SSH key %(name)s deleted.") % {"name": key.name})
     return redirect("ssh_keys")

@@ -15,13 +15,14 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils.translation import gettext_lazy
 
 
 @dataclass(frozen=True)
 class Event:
     name: str
-    label: str  # for the preferences page
-    subject: str  # str.format over the data
+    label: str  # for the preferences page (translated when shown)
+    subject: str  # str.format over the data, in the recipient's language (notify)
     build: Callable[[dict], tuple[dict, str]]  # context → (data, console path)
 
 
@@ -135,74 +136,74 @@ EVENTS: dict[str, Event] = {
     for e in [
         Event(
             "low_balance",
-            "Low balance",
-            "Your balance is low: {balance} {currency}",
+            gettext_lazy("Low balance"),
+            gettext_lazy("Your balance is low: {balance} {currency}"),
             _low_balance,
         ),
         Event(
             "spend_stopped",
-            "Instances stopped at zero balance",
-            "Your instances were stopped: balance {balance} {currency}",
+            gettext_lazy("Instances stopped at zero balance"),
+            gettext_lazy("Your instances were stopped: balance {balance} {currency}"),
             _spend_stopped,
         ),
         Event(
             "instance_failed",
-            "Instance failed",
-            "Instance {instance[name]} failed",
+            gettext_lazy("Instance failed"),
+            gettext_lazy("Instance {instance[name]} failed"),
             _instance_event,
         ),
         Event(
             "instance_unreachable",
-            "Instance unreachable",
-            "Instance {instance[name]} is unreachable",
+            gettext_lazy("Instance unreachable"),
+            gettext_lazy("Instance {instance[name]} is unreachable"),
             _instance_event,
         ),
         Event(
             "instance_lost",
-            "Instance lost",
-            "Instance {instance[name]} was lost",
+            gettext_lazy("Instance lost"),
+            gettext_lazy("Instance {instance[name]} was lost"),
             _instance_event,
         ),
         Event(
             "idle_warning",
-            "Idle warning",
-            "Instance {instance[name]} is idle and will be stopped",
+            gettext_lazy("Idle warning"),
+            gettext_lazy("Instance {instance[name]} is idle and will be stopped"),
             _idle_warning,
         ),
         Event(
             "idle_stopped",
-            "Idle stop",
-            "Instance {instance[name]} was stopped for being idle",
+            gettext_lazy("Idle stop"),
+            gettext_lazy("Instance {instance[name]} was stopped for being idle"),
             _idle_stopped,
         ),
         Event(
             "reservation_starting_soon",
-            "Reservation starting soon",
-            "Your reservation starts soon: {reservation[description]}",
+            gettext_lazy("Reservation starting soon"),
+            gettext_lazy("Your reservation starts soon: {reservation[description]}"),
             _reservation_event,
         ),
         Event(
             "reservation_started",
-            "Reservation started",
-            "Your reservation has started: {reservation[description]}",
+            gettext_lazy("Reservation started"),
+            gettext_lazy("Your reservation has started: {reservation[description]}"),
             _reservation_event,
         ),
         Event(
             "reservation_ending",
-            "Reservation ending",
-            "Your reservation ends soon: {reservation[description]}",
+            gettext_lazy("Reservation ending"),
+            gettext_lazy("Your reservation ends soon: {reservation[description]}"),
             _reservation_event,
         ),
         Event(
             "invoice_issued",
-            "Invoice issued",
-            "Invoice {invoice[number]} issued: {invoice[total]} {invoice[currency]}",
+            gettext_lazy("Invoice issued"),
+            gettext_lazy("Invoice {invoice[number]} issued: {invoice[total]} {invoice[currency]}"),
             _invoice_issued,
         ),
         Event(
             "payment_received",
-            "Payment received",
-            "Payment received: {amount} {currency}",
+            gettext_lazy("Payment received"),
+            gettext_lazy("Payment received: {amount} {currency}"),
             _payment_received,
         ),
     ]

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.languages import language_for
 from gpurental.accounts.models import User
@@ -63,9 +64,11 @@ def preference_set(
 ) -> dict[str, bool]:
     if event not in EVENTS:
         raise WebhookRefused(
-            f"unknown event {event!r}; events are: {', '.join(EVENTS)}", field="event"
+            _("unknown event %(event)r; events are: %(events)s")
+            % {"event": event, "events": ", ".join(EVENTS)},
+            field="event",
         )
-    pref, _ = NotificationPreference.objects.get_or_create(user=user, event=event)
+    pref, _created = NotificationPreference.objects.get_or_create(user=user, event=event)
     if email is not None:
         pref.email = email
     if webhook is not None:
@@ -193,8 +196,11 @@ def _events_check(events: list[str]) -> list[str]:
     unknown = [e for e in events if e not in EVENTS]
     if unknown:
         raise WebhookRefused(
-            f"unknown event(s) {', '.join(unknown)}; events are: {', '.join(EVENTS)} "
-            "(an empty list means every event)",
+            _(
+                "unknown event(s) %(unknown)s; events are: %(events)s "
+                "(an empty list means every event)"
+            )
+            % {"unknown": ", ".join(unknown), "events": ", ".join(EVENTS)},
             field="events",
         )
     return list(dict.fromkeys(events))

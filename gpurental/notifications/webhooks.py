@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 SIGNATURE_HEADER = "X-Gpurental-Signature"
 EVENT_HEADER = "X-Gpurental-Event"
@@ -79,8 +80,11 @@ def _refuse_address(host: str, address: str) -> None:
         "non-public",
     )
     raise WebhookRefused(
-        f"{host} resolves to {ip}, a {kind} address; webhooks are sent only to public "
-        "internet addresses (WEBHOOKS_ALLOW_PRIVATE=1 allows others, for tests and demos)"
+        _(
+            "%(host)s resolves to %(ip)s, a %(kind)s address; webhooks are sent only to public "
+            "internet addresses (WEBHOOKS_ALLOW_PRIVATE=1 allows others, for tests and demos)"
+        )
+        % {"host": host, "ip": ip, "kind": kind}
     )
 
 
@@ -98,17 +102,23 @@ def url_check(url: str) -> Target:
     is saved and again before each POST (a name may resolve elsewhere by then)."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https"):
-        raise WebhookRefused(f"the URL must start with https:// or http://; got {url!r}")
+        raise WebhookRefused(
+            _("the URL must start with https:// or http://; got %(url)r") % {"url": url}
+        )
     if not parts.hostname:
-        raise WebhookRefused(f"the URL has no host name: {url!r}")
+        raise WebhookRefused(_("the URL has no host name: %(url)r") % {"url": url})
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise WebhookRefused(f"the URL's port is not a number from 1 to 65535: {url!r}") from None
+        raise WebhookRefused(
+            _("the URL's port is not a number from 1 to 65535: %(url)r") % {"url": url}
+        ) from None
     try:
         infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
-        raise WebhookRefused(f"the host name {parts.hostname} does not resolve") from None
+        raise WebhookRefused(
+            _("the host name %(host)s does not resolve") % {"host": parts.hostname}
+        ) from None
     addresses = [info[4][0] for info in infos]
     if not settings.WEBHOOKS_ALLOW_PRIVATE:
         for address in addresses:  # every one: the client may pick any of them
