@@ -53,7 +53,7 @@ def test_sign_up_redeem_a_voucher_then_launch(browser, web_server, catalog, tmp_
     page.click("#redeem-form button")
     page.wait_for_selector("text=Voucher POC-WEEK redeemed")
     assert "25.00" in page.inner_text("#balance")
-    assert "of which voucher credit 25.00" in page.inner_text("#voucher-left")
+    assert "of which voucher credit $25.00" in page.inner_text("#voucher-left")
     shot(page, "10-credit-voucher-redeemed")
 
     page.click("a.button:has-text('Launch')")
