@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gpurental.accounts.models import AccountKind, User
+from gpurental.rentals.models import Instance
+from gpurental.rentals.selectors import instance_visible_to
 from gpurental.teams import roles
 from gpurental.teams.models import Membership, Team
 
@@ -39,3 +41,17 @@ def teams_of(*, user: User):
 
 def membership_of(*, team: Team, user: User) -> Membership | None:
     return Membership.objects.filter(team=team, user=user).select_related("user").first()
+
+
+def instance_watchable_by(*, user: User, instance_id):
+    """The instance if ``user`` may watch it (status, charts): their own, any for staff, or
+    a team's they belong to, whatever their role; else None. Getting in is another rule
+    (``roles.OPERATORS``)."""
+    found = instance_visible_to(user=user, instance_id=instance_id)
+    if found is None:
+        found = (
+            Instance.objects.select_related("host", "plan", "image", "gpu_model")
+            .filter(pk=instance_id, user__team__memberships__user=user)
+            .first()
+        )
+    return found

@@ -48,7 +48,7 @@ from gpurental.agent.sampler import host_group
 from gpurental.fleet.models import Host
 from gpurental.observability.counters import CountedWebsocket
 from gpurental.rentals.events import instance_group
-from gpurental.rentals.selectors import instance_visible_to
+from gpurental.teams.selectors import instance_watchable_by
 from gpurental.telemetry.feed import FleetFeed, fleet_feed
 from gpurental.telemetry.selectors import recent_samples, telemetry_scope
 
@@ -208,7 +208,7 @@ def _snapshot(user, instance_id: str) -> dict | None:
         uuid.UUID(str(instance_id))
     except ValueError:
         return None
-    instance = instance_visible_to(user=user, instance_id=instance_id)
+    instance = instance_watchable_by(user=user, instance_id=instance_id)
     if instance is None:
         return None
     events = list(instance.events.order_by("-created_at", "-id")[:SNAPSHOT_EVENTS])[::-1]

@@ -14,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from gpurental.observability.collector import render as metrics_render
-from gpurental.rentals.selectors import instance_visible_to
+from gpurental.teams.selectors import instance_watchable_by
 from gpurental.telemetry import ingest
 from gpurental.telemetry.selectors import WINDOWS, instance_history
 
@@ -50,7 +50,7 @@ def instance_history_view(request, instance_id):
     """Per-GPU utilisation and memory for the last hour or day; owner and staff only."""
     if not request.user.is_authenticated:
         return JsonResponse({"error": "log in first"}, status=401)
-    instance = instance_visible_to(user=request.user, instance_id=instance_id)
+    instance = instance_watchable_by(user=request.user, instance_id=instance_id)
     if instance is None:
         return JsonResponse({"error": "no such instance"}, status=404)
     window = request.GET.get("window", "1h")
