@@ -20,7 +20,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from gpurental.accounts.languages import language_for
-from gpurental.accounts.models import User
+from gpurental.accounts.models import AccountKind, User
 from gpurental.notifications import webhooks
 from gpurental.notifications.events import EVENTS
 from gpurental.notifications.models import (
@@ -32,6 +32,7 @@ from gpurental.notifications.models import (
     WebhookEndpoint,
 )
 from gpurental.notifications.webhooks import WebhookRefused
+from gpurental.teams.selectors import team_managers
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +85,29 @@ def notify(user: User, event: str, *, dedupe_key: str = "", **context) -> list[N
     """Tell ``user`` about ``event`` on each channel they keep on. E-mail and webhook POSTs
     leave from Celery tasks after the surrounding transaction commits; a failure here is
     logged and never breaks the caller (a stop or a failure must happen all the same)."""
+    if user.kind == AccountKind.TEAM:
+        # A team account reads no mail: its webhooks get the event, and its owners and
+        # admins get the e-mail, each by their own preferences and language.
+        made = _notify_safely(user, event, dedupe_key=dedupe_key, email=False, **context)
+        for person in team_managers(account=user):
+            made += _notify_safely(person, event, dedupe_key=dedupe_key, webhook=False, **context)
+        return made
+    return _notify_safely(user, event, dedupe_key=dedupe_key, **context)
+
+
+def _notify_safely(user: User, event: str, **kwargs) -> list[Notification]:
     try:
         # In the user's language: the subject and the bodies are written now, not when sent.
         with translation.override(language_for(user)):
-            return _notify(user, event, dedupe_key=dedupe_key, **context)
+            return _notify(user, event, **kwargs)
     except Exception:
         log.exception("notification %s for user %s could not be prepared", event, user.pk)
         return []
 
 
-def _notify(user: User, event: str, *, dedupe_key: str, **context) -> list[Notification]:
+def _notify(
+    user: User, event: str, *, dedupe_key: str, email: bool = True, webhook: bool = True, **context
+) -> list[Notification]:
     spec = EVENTS[event]
     data, path = spec.build(context)
     link = public_link(path)
@@ -101,10 +115,10 @@ def _notify(user: User, event: str, *, dedupe_key: str, **context) -> list[Notif
     prefs = preferences_of(user=user)[event]
     now = timezone.now()
     made = []
-    if prefs["email"] and user.email:
+    if email and prefs["email"] and user.email:
         made += _record(user, event, Channel.EMAIL, subject, data, dedupe_key, now, link=link)
     endpoints = [e for e in user.webhook_endpoints.filter(is_active=True) if e.wants(event)]
-    if prefs["webhook"] and endpoints:
+    if webhook and prefs["webhook"] and endpoints:
         made += _record(user, event, Channel.WEBHOOK, subject, data, dedupe_key, now, link=link)
     for notification in made:
         if notification.channel == Channel.EMAIL:

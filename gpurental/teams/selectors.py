@@ -55,3 +55,11 @@ def instance_watchable_by(*, user: User, instance_id):
             .first()
         )
     return found
+
+
+def team_managers(*, account: User) -> list[User]:
+    """The people who hear about a team account's events: its owners and admins."""
+    rows = Membership.objects.filter(
+        team__account=account, role__in=(roles.OWNER, roles.ADMIN), user__is_active=True
+    ).select_related("user")
+    return [m.user for m in rows.order_by("user__email")]
