@@ -322,9 +322,8 @@ class InstanceViewSet(
         form = s.ConnectRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         port = form.validated_data.get("port")
-        # The gateway's session stands for the owning account; TeamRole has checked that
-        # a team member's role lets them in (member or higher).
-        ticket = tickets.connect(user=instance.user, instance=instance, port=port)
+        # The ticket is the person's; the gateway admits a team's members who may operate.
+        ticket = tickets.connect(user=request.user, instance=instance, port=port)
         return Response(
             {
                 "url": ticket.url,

@@ -219,7 +219,7 @@ def instance_open(request, instance_id):
         return redirect("instance", instance_id=instance.pk)
     try:
         ticket = tickets.connect(
-            user=instance.user, instance=instance, port=int(port) if port else None
+            user=request.user, instance=instance, port=int(port) if port else None
         )
     except RentalError as exc:
         messages.error(request, exc.message)

@@ -6,8 +6,10 @@ For every request:
 2. ``/_gw/enter?t=<ticket>`` spends a one-time ticket and sets the session cookie for
    this origin only (no Domain attribute: a sibling instance never receives it).
 3. Otherwise the signed cookie must name this very origin, its user must own the
-   instance, the instance must be running, and the run must be the one the cookie was
-   issued for. Anyone else, logged in or not, gets the same 404.
+   instance (or, for a team's instance, be a member who may operate it, as of the
+   route's last lookup: at most ROUTE_TTL_S old), the instance must be running, and the
+   run must be the one the cookie was issued for. Anyone else, logged in or not, gets
+   the same 404.
 4. A request that can change something (not GET/HEAD/OPTIONS) and every websocket must
    come from this origin (``Origin`` header): the injected token turns off JupyterLab's
    own XSRF and Origin checks, so the gateway makes them.
@@ -257,7 +259,7 @@ class Gateway:
         if session is None:
             return not_found()
         route = await self.routes.get(address.instance_id)
-        if route is None or route.owner_id != session.get("u") or route.run != session.get("r"):
+        if route is None or not route.admits(session.get("u")) or route.run != session.get("r"):
             return not_found()
         upstream = route.upstream(address.port)
         if upstream is None:
@@ -292,21 +294,21 @@ class Gateway:
             return not_found(expired)
         self.routes.drop(address.instance_id)  # the freshest state for a new session
         route = await self.routes.get(address.instance_id)
-        if route is None or route.owner_id != data.get("user"):
+        if route is None or not route.admits(data.get("user")):
             return not_found(expired)
         response = web.HTTPFound(data.get("next") or "/")
         response.headers["Cache-Control"] = "no-store"
         response.headers["Referrer-Policy"] = "no-referrer"
         response.set_cookie(
             self.cookie,
-            tickets.cookie_value(user_id=route.owner_id, label=address.label, run=route.run),
+            tickets.cookie_value(user_id=data["user"], label=address.label, run=route.run),
             max_age=settings.GATEWAY_SESSION_TTL_S,
             path="/",
             secure=self.secure,
             httponly=True,
             samesite="Lax",
         )
-        log.info("session opened: user %s at %s", route.owner_id, address.label)
+        log.info("session opened: user %s at %s", data["user"], address.label)
         return response
 
     def _session(self, request: web.Request, address: Address) -> dict | None:

@@ -2,7 +2,8 @@
 
 An instance answers at ``<id>.<GATEWAY_DOMAIN>`` (JupyterLab) and at
 ``<id>-<port>.<GATEWAY_DOMAIN>`` for each other HTTP port its image declares. The gateway
-proxies only to a running instance, only for its owner, and only to the ports the agent
+proxies only to a running instance, only for its owner (for a team's, the members who may
+operate it), and only to the ports the agent
 reported for this run.
 """
 
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from gpurental.rentals.models import Instance, InstanceStatus
+from gpurental.teams import roles
+from gpurental.teams.models import Membership
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,12 @@ class Route:
     jupyter_port: int  # inside the container
     token: str  # JupyterLab's, injected by the gateway; never leaves the platform
     run: str  # changes with every start: a cookie from an earlier run is void
+    # For a team's instance, the members who may get in (roles.OPERATORS), as of this lookup.
+    operators: frozenset[int] = frozenset()
+
+    def admits(self, user_id) -> bool:
+        """Whether the person ``user_id`` may use this route: the owner, or an operator."""
+        return user_id is not None and (user_id == self.owner_id or user_id in self.operators)
 
     def upstream(self, port: int | None) -> tuple[str, int] | None:
         host_port = self.ports.get(self.jupyter_port if port is None else port)
@@ -129,4 +138,11 @@ def route_for(instance_id: str) -> Route | None:
         jupyter_port=instance.image.port,
         token=instance.jupyter_token,
         run=run_of(instance.jupyter_token),
+        operators=frozenset(
+            Membership.objects.filter(
+                team__account_id=instance.user_id,
+                role__in=roles.OPERATORS,
+                user__is_active=True,
+            ).values_list("user_id", flat=True)
+        ),
     )
