@@ -8,6 +8,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class UserManager(BaseUserManager):
@@ -99,11 +100,11 @@ class ApiKeyScope(models.TextChoices):
     the area's scope; billing data needs ``billing``. Staff powers come through a key only
     with ``staff``, which only staff can give."""
 
-    READ = "read", "Read instances, reservations and the catalog"
-    INSTANCES = "instances", "Launch and manage instances"
-    RESERVATIONS = "reservations", "Book and cancel reservations"
-    BILLING = "billing", "Usage, invoices and balance"
-    STAFF = "staff", "Staff powers (staff only)"
+    READ = "read", _("Read instances, reservations and the catalog")
+    INSTANCES = "instances", _("Launch and manage instances")
+    RESERVATIONS = "reservations", _("Book and cancel reservations")
+    BILLING = "billing", _("Usage, invoices and balance")
+    STAFF = "staff", _("Staff powers (staff only)")
 
 
 CUSTOMER_SCOPES = [s.value for s in ApiKeyScope if s != ApiKeyScope.STAFF]

@@ -8,8 +8,10 @@ import secrets
 
 from django.db import models, transaction
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
+from gpurental.accounts.languages import chosen_language
 from gpurental.accounts.models import (
     CUSTOMER_SCOPES,
     AccountKind,
@@ -76,23 +78,28 @@ def api_key_create(
     unknown = sorted(set(wanted) - set(ApiKeyScope.values))
     if unknown or not wanted:
         raise ApiKeyRefused(
-            f"scopes: {', '.join(unknown) or 'none given'} is not a scope; choose from "
-            f"{', '.join(ApiKeyScope.values)}",
+            _("scopes: %(unknown)s is not a scope; choose from %(scopes)s")
+            % {
+                "unknown": ", ".join(unknown) or _("none given"),
+                "scopes": ", ".join(ApiKeyScope.values),
+            },
             field="scopes",
         )
     if ApiKeyScope.STAFF in wanted and not (user.is_staff and actor.is_staff):
         raise ApiKeyRefused(
-            "scopes: the staff scope is for staff users only, given by staff", field="scopes"
+            _("scopes: the staff scope is for staff users only, given by staff"), field="scopes"
         )
     if expires_at is not None and expires_at <= now:
-        raise ApiKeyRefused("expires_at: must be in the future", field="expires_at")
+        raise ApiKeyRefused(_("expires_at: must be in the future"), field="expires_at")
     if user.kind == AccountKind.TEAM:
         raise ApiKeyRefused(
-            "a team account has no keys of its own; a member makes a key for the team",
+            _("a team account has no keys of its own; a member makes a key for the team"),
             field="team",
         )
     if team is not None and not team.memberships.filter(user=user).exists():
-        raise ApiKeyRefused(f"team: you are not a member of {team.slug}", field="team")
+        raise ApiKeyRefused(
+            _("team: you are not a member of %(team)s") % {"team": team.slug}, field="team"
+        )
     prefix = secrets.token_hex(4)
     raw = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
     key = ApiKey.objects.create(
@@ -178,11 +185,14 @@ def ssh_key_add(
     User.objects.select_for_update().filter(pk=user.pk).first()
     if SSHKey.objects.filter(user=user, fingerprint=parsed.fingerprint).exists():
         raise SSHKeyRefused(
-            f"public_key: this key is already stored ({parsed.fingerprint})", field="public_key"
+            _("public_key: this key is already stored (%(fingerprint)s)")
+            % {"fingerprint": parsed.fingerprint},
+            field="public_key",
         )
     if SSHKey.objects.filter(user=user).count() >= SSH_KEYS_PER_USER:
         raise SSHKeyRefused(
-            f"public_key: at most {SSH_KEYS_PER_USER} SSH keys per account; delete one first",
+            _("public_key: at most %(most)s SSH keys per account; delete one first")
+            % {"most": SSH_KEYS_PER_USER},
             field="public_key",
         )
     key = SSHKey.objects.create(
@@ -261,14 +271,19 @@ def signup_start(
     site = settings.PUBLIC_URL.rstrip("/")
     owner = User.objects.filter(email__iexact=email).first()
     if owner is not None:
-        send_mail(
-            "Someone tried to sign up with your address",
-            f"Someone asked to create a gpurental account for {email}, which has one already.\n"
-            f"If it was you: log in at {site}/login/ or reset your password at "
-            f"{site}/password/reset/. If it was not, there is nothing to do.",
-            None,
-            [owner.email],
-        )
+        # In the owner's saved language, else the one the sign-up page was in.
+        with translation.override(chosen_language(owner) or translation.get_language()):
+            send_mail(
+                _("Someone tried to sign up with your address"),
+                _(
+                    "Someone asked to create a gpurental account for %(email)s, which has one "
+                    "already.\nIf it was you: log in at %(site)s/login/ or reset your password "
+                    "at %(site)s/password/reset/. If it was not, there is nothing to do."
+                )
+                % {"email": email, "site": site},
+                None,
+                [owner.email],
+            )
         audit_record(action="auth.signup_existing", actor=owner, obj=owner, ip_address=ip)
         return
     token = secrets.token_urlsafe(32)
@@ -283,9 +298,16 @@ def signup_start(
         timeout=settings.SIGNUP_CONFIRM_HOURS * 3600,
     )
     send_mail(
-        "Confirm your gpurental account",
-        f"Follow this link to create your account ({email}):\n{site}/signup/confirm/{token}/\n"
-        f"It works once, for {settings.SIGNUP_CONFIRM_HOURS} hours. If you did not ask, ignore it.",
+        _("Confirm your gpurental account"),
+        _(
+            "Follow this link to create your account (%(email)s):\n%(link)s\n"
+            "It works once, for %(hours)s hours. If you did not ask, ignore it."
+        )
+        % {
+            "email": email,
+            "link": f"{site}/signup/confirm/{token}/",
+            "hours": settings.SIGNUP_CONFIRM_HOURS,
+        },
         None,
         [email],
     )

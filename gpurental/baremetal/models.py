@@ -18,6 +18,7 @@ from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class DedicatedPlan(models.Model):
@@ -115,10 +116,10 @@ class BareMetalHost(models.Model):
 
 
 class LeaseStatus(models.TextChoices):
-    BOOKED = "booked", "Booked"
-    ACTIVE = "active", "Active"
-    ENDED = "ended", "Ended"
-    CANCELLED = "cancelled", "Cancelled"
+    BOOKED = "booked", _("Booked")
+    ACTIVE = "active", _("Active")
+    ENDED = "ended", _("Ended")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 HOLDING = (LeaseStatus.BOOKED, LeaseStatus.ACTIVE)

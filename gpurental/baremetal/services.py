@@ -29,6 +29,7 @@ from decimal import ROUND_CEILING, Decimal
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.baremetal import secrets, selectors
@@ -104,20 +105,28 @@ def lease_price(*, plan: DedicatedPlan, start: datetime, end: datetime, reserved
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:
     """The booking rules (the RESERVATION_* settings), start and end in UTC."""
     if start < now - timedelta(minutes=1):
-        raise RentalError(f"start {start:%Y-%m-%d %H:%M} UTC is in the past", field="start")
+        raise RentalError(
+            _("start %(start)s UTC is in the past") % {"start": f"{start:%Y-%m-%d %H:%M}"},
+            field="start",
+        )
     horizon = settings.RESERVATION_HORIZON_DAYS
     if start > now + timedelta(days=horizon):
-        raise RentalError(f"start must be within {horizon} days from now", field="start")
+        raise RentalError(
+            _("start must be within %(days)s days from now") % {"days": horizon}, field="start"
+        )
     if end <= start:
-        raise RentalError("end must be after start", field="end")
+        raise RentalError(_("end must be after start"), field="end")
     minutes = (end - start).total_seconds() / 60
     if minutes < settings.RESERVATION_MIN_MINUTES:
         raise RentalError(
-            f"a lease lasts at least {settings.RESERVATION_MIN_MINUTES} minutes", field="end"
+            _("a lease lasts at least %(minutes)s minutes")
+            % {"minutes": settings.RESERVATION_MIN_MINUTES},
+            field="end",
         )
     if minutes > settings.RESERVATION_MAX_HOURS * 60:
         raise RentalError(
-            f"a lease lasts at most {settings.RESERVATION_MAX_HOURS} hours", field="end"
+            _("a lease lasts at most %(hours)s hours") % {"hours": settings.RESERVATION_MAX_HOURS},
+            field="end",
         )
 
 
@@ -133,10 +142,15 @@ def lease_quote(
     reserved rate. Raises RentalError naming the field."""
     now = _second_floor((now or timezone.now()).astimezone(UTC))
     if not plan.is_active:
-        raise RentalError(f"plan {plan.slug} is no longer offered", field="plan")
+        raise RentalError(
+            _("plan %(plan)s is no longer offered") % {"plan": plan.slug}, field="plan"
+        )
     for name, value in (("start", start), ("end", end)):
         if value is not None and value.tzinfo is None:
-            raise RentalError(f"{name} needs a time zone (e.g. 2026-12-03T10:00Z)", field=name)
+            raise RentalError(
+                _("%(field)s needs a time zone (e.g. 2026-12-03T10:00Z)") % {"field": name},
+                field=name,
+            )
     start = now if start is None else _second_floor(start.astimezone(UTC))
     end = _second_floor(end.astimezone(UTC))
     _check_period(start, end, now)
@@ -154,9 +168,16 @@ def _check_balance(user: User, price: Decimal) -> None:
     cur = settings.BILLING_CURRENCY
     shortfall = (price - available).quantize(CENT, rounding=ROUND_CEILING)
     raise InsufficientBalance(
-        f"this lease costs {price} {cur} over its period; you have "
-        f"{pricing.quantize_money(available)} {cur} to spend. "
-        f"Add at least {shortfall:.2f} {cur} of credit.",
+        _(
+            "this lease costs %(price)s %(cur)s over its period; you have %(available)s "
+            "%(cur)s to spend. Add at least %(shortfall)s %(cur)s of credit."
+        )
+        % {
+            "price": price,
+            "cur": cur,
+            "available": pricing.quantize_money(available),
+            "shortfall": f"{shortfall:.2f}",
+        },
         field="plan",
     )
 
@@ -214,8 +235,11 @@ def lease_book(
         ) + selectors.gpus_leased_by(user=locked_user, start=start, end=end)
         if booked + plan.gpu_count > locked_user.gpu_quota:
             raise QuotaExceeded(
-                f"your quota is {locked_user.gpu_quota} GPUs at once and you have {booked} "
-                f"booked over that period; a {plan.gpu_count}-GPU host would exceed it",
+                _(
+                    "your quota is %(quota)s GPUs at once and you have %(booked)s booked over "
+                    "that period; a %(count)s-GPU host would exceed it"
+                )
+                % {"quota": locked_user.gpu_quota, "booked": booked, "count": plan.gpu_count},
                 field="plan",
             )
         _check_balance(locked_user, price)
@@ -259,11 +283,28 @@ def lease_book(
 
 
 def _no_host_message(plan: DedicatedPlan, start: datetime, end: datetime, network: bool) -> str:
-    need = " that allows host networking" if network else ""
+    values = {
+        "count": plan.gpu_count,
+        "model": plan.gpu_model.short_name,
+        "start": f"{start:%Y-%m-%d %H:%M}",
+        "end": f"{end:%Y-%m-%d %H:%M}",
+    }
+    if network:
+        return (
+            _(
+                "no whole %(count)s× %(model)s host that allows host networking is free from "
+                "%(start)s to %(end)s UTC (a host with any instance, reservation or lease over "
+                "that period cannot be leased); try a later start"
+            )
+            % values
+        )
     return (
-        f"no whole {plan.gpu_count}× {plan.gpu_model.short_name} host{need} is free from "
-        f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC (a host with any instance, "
-        "reservation or lease over that period cannot be leased); try a later start"
+        _(
+            "no whole %(count)s× %(model)s host is free from %(start)s to %(end)s UTC (a host "
+            "with any instance, reservation or lease over that period cannot be leased); try a "
+            "later start"
+        )
+        % values
     )
 
 
@@ -278,9 +319,16 @@ def lease_cancel(*, lease: Lease, actor: User | None = None, now: datetime | Non
         window = timedelta(hours=settings.RESERVATION_FULL_REFUND_HOURS)
         if lease.status != L.BOOKED or lease.start - now < window:
             raise InvalidTransition(
-                f"lease {lease.pk} is {lease.status}, starting {lease.start:%Y-%m-%d %H:%M} "
-                f"UTC: a lease can be cancelled only up to "
-                f"{settings.RESERVATION_FULL_REFUND_HOURS} hours before its start",
+                _(
+                    "lease %(id)s is %(status)s, starting %(start)s UTC: a lease can be "
+                    "cancelled only up to %(hours)s hours before its start"
+                )
+                % {
+                    "id": lease.pk,
+                    "status": lease.status,
+                    "start": f"{lease.start:%Y-%m-%d %H:%M}",
+                    "hours": settings.RESERVATION_FULL_REFUND_HOURS,
+                },
                 field="status",
             )
         Allocation.objects.filter(lease=lease).delete()
@@ -313,25 +361,35 @@ def lease_launch(
     and the dedicated container options (hostcalls.container_spec)."""
     now = now or timezone.now()
     if not image.is_active:
-        raise RentalError(f"image {image.slug} is no longer offered", field="image")
+        raise RentalError(
+            _("image %(image)s is no longer offered") % {"image": image.slug}, field="image"
+        )
     with transaction.atomic():
         lease = _lock(lease)
         if lease.status != L.ACTIVE or not lease.start <= now < lease.end:
             raise InvalidTransition(
-                f"lease {lease.pk} is {lease.status} ({lease.start:%Y-%m-%d %H:%M}–"
-                f"{lease.end:%Y-%m-%d %H:%M} UTC): launch into it while it is active",
+                _(
+                    "lease %(id)s is %(status)s (%(start)s–%(end)s UTC): launch into it while it is active"
+                )
+                % {
+                    "id": lease.pk,
+                    "status": lease.status,
+                    "start": f"{lease.start:%Y-%m-%d %H:%M}",
+                    "end": f"{lease.end:%Y-%m-%d %H:%M}",
+                },
                 field="status",
             )
         holding = lease.instances.filter(status__in=rental_selectors.HOLDING).first()
         if holding is not None:
             raise InvalidTransition(
-                f"instance {holding.pk} already runs on this host ({holding.status}): "
-                "terminate it first",
+                _("instance %(id)s already runs on this host (%(status)s): terminate it first")
+                % {"id": holding.pk, "status": holding.status},
                 field="status",
             )
         if not lease.host.heartbeat_fresh(now):
             raise RentalError(
-                f"host {lease.host.name} is not answering now; try again in a few minutes",
+                _("host %(host)s is not answering now; try again in a few minutes")
+                % {"host": lease.host.name},
                 field="host",
             )
         return lifecycle.instance_launch_leased(lease=lease, image=image, actor=actor, now=now)
@@ -351,14 +409,19 @@ def lease_end(
             if lease.status == L.ENDED:
                 return False
             raise InvalidTransition(
-                f"lease {lease.pk} is {lease.status}: only an active lease ends", field="status"
+                _("lease %(id)s is %(status)s: only an active lease ends")
+                % {"id": lease.pk, "status": lease.status},
+                field="status",
             )
         early = now < lease.end
         # Staff may end any lease early (a failing host, an abuse case); billing stops then.
         if early and lease.reserved and not (actor is not None and actor.is_staff):
             raise InvalidTransition(
-                f"lease {lease.pk} was booked ahead at the reserved rate and runs until "
-                f"{lease.end:%Y-%m-%d %H:%M} UTC: it cannot end early",
+                _(
+                    "lease %(id)s was booked ahead at the reserved rate and runs until %(end)s "
+                    "UTC: it cannot end early"
+                )
+                % {"id": lease.pk, "end": f"{lease.end:%Y-%m-%d %H:%M}"},
                 field="status",
             )
         # Billed per second: the second it ends in counts, so the period is never empty.

@@ -4,13 +4,14 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class RateKind(models.TextChoices):
-    PEAK = "peak", "Peak"
-    OFF_PEAK = "off_peak", "Off-peak"
-    RESERVED = "reserved", "Reserved"
-    STORAGE = "storage", "Storage"
+    PEAK = "peak", _("Peak")
+    OFF_PEAK = "off_peak", _("Off-peak")
+    RESERVED = "reserved", _("Reserved")
+    STORAGE = "storage", _("Storage")
 
 
 class Charge(models.Model):
@@ -66,12 +67,12 @@ class LedgerEntry(models.Model):
     """
 
     class Kind(models.TextChoices):
-        CREDIT = "credit", "Credit added"
-        USAGE = "usage", "Usage"
-        RESERVATION = "reservation", "Reservation"
-        REFUND = "refund", "Refund"
-        ADJUSTMENT = "adjustment", "Adjustment"
-        VOUCHER = "voucher", "Voucher credit"
+        CREDIT = "credit", _("Credit added")
+        USAGE = "usage", _("Usage")
+        RESERVATION = "reservation", _("Reservation")
+        REFUND = "refund", _("Refund")
+        ADJUSTMENT = "adjustment", _("Adjustment")
+        VOUCHER = "voucher", _("Voucher credit")
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="ledger"
@@ -113,10 +114,10 @@ class LedgerEntry(models.Model):
 
 
 class InvoiceStatus(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    ISSUED = "issued", "Issued"
-    PAID = "paid", "Paid"
-    VOID = "void", "Void"
+    DRAFT = "draft", _("Draft")
+    ISSUED = "issued", _("Issued")
+    PAID = "paid", _("Paid")
+    VOID = "void", _("Void")
 
 
 class Invoice(models.Model):
@@ -127,8 +128,8 @@ class Invoice(models.Model):
     """
 
     class Kind(models.TextChoices):
-        INVOICE = "invoice", "Invoice"
-        CREDIT_NOTE = "credit_note", "Credit note"
+        INVOICE = "invoice", _("Invoice")
+        CREDIT_NOTE = "credit_note", _("Credit note")
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="invoices"

@@ -14,12 +14,13 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class PaymentStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    PAID = "paid", "Paid"
-    FAILED = "failed", "Failed"
+    PENDING = "pending", _("Pending")
+    PAID = "paid", _("Paid")
+    FAILED = "failed", _("Failed")
 
 
 class Payment(models.Model):
@@ -32,8 +33,8 @@ class Payment(models.Model):
     )
 
     class Kind(models.TextChoices):
-        CHECKOUT = "checkout", "Top-up at the provider's checkout page"
-        AUTO = "auto", "Automatic top-up (saved card, off-session)"
+        CHECKOUT = "checkout", _("Top-up at the provider's checkout page")
+        AUTO = "auto", _("Automatic top-up (saved card, off-session)")
 
     provider = models.CharField(max_length=16)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CHECKOUT)
@@ -288,14 +289,14 @@ class AutoTopUpEvent(models.Model):
     """Append-only history of a customer's automatic top-up: settings, card, charges."""
 
     class Kind(models.TextChoices):
-        SETTINGS = "settings", "Settings changed"
-        CARD_SAVED = "card_saved", "Card saved"
-        CARD_REMOVED = "card_removed", "Card removed"
-        CHARGE_STARTED = "charge_started", "Charge started"
-        CHARGE_FAILED = "charge_failed", "Charge failed"
-        CHARGE_UNANSWERED = "unanswered", "Provider did not answer; to be retried"
-        CREDITED = "credited", "Credited"
-        CAP_REACHED = "cap_reached", "Monthly cap reached"
+        SETTINGS = "settings", _("Settings changed")
+        CARD_SAVED = "card_saved", _("Card saved")
+        CARD_REMOVED = "card_removed", _("Card removed")
+        CHARGE_STARTED = "charge_started", _("Charge started")
+        CHARGE_FAILED = "charge_failed", _("Charge failed")
+        CHARGE_UNANSWERED = "unanswered", _("Provider did not answer; to be retried")
+        CREDITED = "credited", _("Credited")
+        CAP_REACHED = "cap_reached", _("Monthly cap reached")
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="auto_topup_events"

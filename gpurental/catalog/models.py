@@ -5,12 +5,13 @@ from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 
 class Interconnect(models.TextChoices):
-    NVSWITCH = "nvswitch", "NVLink + NVSwitch"
-    NVLINK = "nvlink", "NVLink"
-    PCIE = "pcie", "PCIe"
+    NVSWITCH = "nvswitch", _("NVLink + NVSwitch")
+    NVLINK = "nvlink", _("NVLink")
+    PCIE = "pcie", _("PCIe")
 
 
 class GPUModel(models.Model):

@@ -23,6 +23,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.core import signing
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.gateway import routes
 from gpurental.rentals.events import state_redis
@@ -67,15 +68,18 @@ def connect(*, user, instance, port: int | None = None) -> Ticket:
     its image declares. The caller has checked that ``user`` owns ``instance``."""
     if instance.status != InstanceStatus.RUNNING or not instance.jupyter_port:
         raise InvalidTransition(
-            f"instance {instance.pk} is {instance.status}: it can be opened once it is running",
+            _("instance %(id)s is %(status)s: it can be opened once it is running")
+            % {"id": instance.pk, "status": instance.status},
             field="status",
         )
     declared = list(instance.image.http_ports or [])
     if port is not None and port not in declared:
         raise RentalError(
-            f"{port} is not an HTTP port this image declares "
-            f"({', '.join(map(str, declared)) or 'it declares none'}); "
-            "leave it out for JupyterLab",
+            _(
+                "%(port)s is not an HTTP port this image declares (%(declared)s); "
+                "leave it out for JupyterLab"
+            )
+            % {"port": port, "declared": ", ".join(map(str, declared)) or _("it declares none")},
             field="port",
         )
     return ticket_mint(

@@ -10,15 +10,16 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 MAX_REPLICAS = 50
 
 
 class Group(models.Model):
     class Status(models.TextChoices):
-        ACTIVE = "active", "Active"
-        DELETING = "deleting", "Deleting (replicas terminating)"
-        DELETED = "deleted", "Deleted"
+        ACTIVE = "active", _("Active")
+        DELETING = "deleting", _("Deleting (replicas terminating)")
+        DELETED = "deleted", _("Deleted")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(

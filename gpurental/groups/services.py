@@ -28,6 +28,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental.catalog.models import GPUModel, ImageTemplate
 from gpurental.groups import autoscaler, specs
@@ -78,7 +79,9 @@ def group_catalog(spec: specs.Spec):
             ImageTemplate.objects.filter(is_active=True).values_list("slug", flat=True)
         )
         raise specs.SpecError(
-            f"{spec.image!r} is not an image on offer; images: {offered or 'none'}", field="image"
+            _("%(image)r is not an image on offer; images: %(offered)s")
+            % {"image": spec.image, "offered": offered or _("none")},
+            field="image",
         )
     wanted = spec.instance_type.lower()
     model = next(
@@ -94,8 +97,8 @@ def group_catalog(spec: specs.Spec):
             set(GPUModel.objects.filter(plans__is_active=True).values_list("short_name", flat=True))
         )
         raise specs.SpecError(
-            f"{spec.instance_type!r} is not a GPU on offer; instance_type is one of: "
-            f"{', '.join(names) or 'none'}",
+            _("%(type)r is not a GPU on offer; instance_type is one of: %(names)s")
+            % {"type": spec.instance_type, "names": ", ".join(names) or _("none")},
             field="instance_type",
         )
     try:
@@ -106,7 +109,8 @@ def group_catalog(spec: specs.Spec):
     port = spec.port or declared[0]
     if port not in declared:
         raise specs.SpecError(
-            f"{port} is not a port image {image.slug} declares ({', '.join(map(str, declared))})",
+            _("%(port)s is not a port image %(image)s declares (%(declared)s)")
+            % {"port": port, "image": image.slug, "declared": ", ".join(map(str, declared))},
             field="port",
         )
     return image, plan, port
@@ -486,7 +490,7 @@ def _roll_out(group: Group, replicas: Replicas, desired: int, now) -> bool:
 
 def _scale_out(group: Group, replicas: Replicas, count: int, now) -> bool:
     changed = False
-    for _ in range(count):
+    for _attempt in range(count):
         try:
             if replicas.warm:
                 replica = replicas.warm.pop(0)
@@ -572,7 +576,7 @@ def _keep_warm_pool(group: Group, replicas: Replicas, now) -> bool:
             )
             changed = True
     have = len(replicas.warm) + len(replicas.filling)
-    for _ in range(group.warm_pool_size - have):
+    for _attempt in range(group.warm_pool_size - have):
         try:
             replica = lifecycle.instance_launch(
                 user=group.user,

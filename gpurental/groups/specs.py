@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from gpurental.groups.models import MAX_REPLICAS
 from gpurental.rentals.exceptions import RentalError
@@ -129,20 +130,22 @@ def load(source: str | bytes | dict, fmt: str | None = None) -> dict:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecError(f"not valid JSON: {exc}", field="spec") from exc
+            raise SpecError(_("not valid JSON: %(error)s") % {"error": exc}, field="spec") from exc
     elif fmt in ("yaml", "yml"):
         import yaml
 
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise SpecError(f"not valid YAML: {exc}", field="spec") from exc
+            raise SpecError(_("not valid YAML: %(error)s") % {"error": exc}, field="spec") from exc
     elif fmt in ("hcl", "tf"):
         data = _from_hcl(text)
     else:
-        raise SpecError(f"format {fmt!r} is not one of json, yaml, hcl", field="format")
+        raise SpecError(
+            _("format %(format)r is not one of json, yaml, hcl") % {"format": fmt}, field="format"
+        )
     if not isinstance(data, dict):
-        raise SpecError("a spec is a mapping of settings (a JSON object)", field="spec")
+        raise SpecError(_("a spec is a mapping of settings (a JSON object)"), field="spec")
     return data
 
 
@@ -163,9 +166,15 @@ def _from_hcl(text: str) -> dict:
         document = hcl2.loads(text)
     except (LarkError, ValueError, KeyError) as exc:
         where = getattr(exc, "line", None)
-        at = f" at line {where}" if where else ""
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"HCL syntax error{at}: {first}", field="spec") from exc
+        if where:
+            message = _("HCL syntax error at line %(line)s: %(error)s") % {
+                "line": where,
+                "error": first,
+            }
+        else:
+            message = _("HCL syntax error: %(error)s") % {"error": first}
+        raise SpecError(message, field="spec") from exc
     resources = []
     for block in document.get("resource", []):
         for kind, named in block.items():
@@ -175,8 +184,11 @@ def _from_hcl(text: str) -> dict:
     if len(groups) != 1:
         kinds = sorted({kind for kind, _, _ in resources}) or ["none"]
         raise SpecError(
-            f'exactly one resource "elastic_gpu" "<name>" {{ … }} block is needed; found '
-            f"{len(groups)} (resource kinds: {', '.join(kinds)})",
+            _(
+                'exactly one resource "elastic_gpu" "<name>" { … } block is needed; found '
+                "%(found)s (resource kinds: %(kinds)s)"
+            )
+            % {"found": len(groups), "kinds": ", ".join(kinds)},
             field="spec",
         )
     name, body = groups[0]
@@ -205,10 +217,13 @@ def _int(data: dict, key: str, default: int, *, low: int, high: int, where: str 
     value = data.get(key, default)
     path = f"{where}{key}"
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise SpecError(f"{value!r} is not a whole number", field=path)
+        raise SpecError(_("%(value)r is not a whole number") % {"value": value}, field=path)
     value = int(value)
     if not low <= value <= high:
-        raise SpecError(f"{value} is outside {low}–{high}", field=path)
+        raise SpecError(
+            _("%(value)s is outside %(low)s–%(high)s") % {"value": value, "low": low, "high": high},
+            field=path,
+        )
     return value
 
 
@@ -217,7 +232,7 @@ def _blocks(data: dict, key: str) -> list[dict]:
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise SpecError("expected a block (or a list of blocks) of settings", field=key)
+        raise SpecError(_("expected a block (or a list of blocks) of settings"), field=key)
     return value
 
 
@@ -226,31 +241,37 @@ def check(raw: dict) -> Spec:
     unknown = sorted(set(raw) - KNOWN_KEYS)
     if unknown:
         raise SpecError(
-            f"unknown setting {unknown[0]!r}; known: {', '.join(sorted(KNOWN_KEYS))}",
+            _("unknown setting %(setting)r; known: %(known)s")
+            % {"setting": unknown[0], "known": ", ".join(sorted(KNOWN_KEYS))},
             field=unknown[0],
         )
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise SpecError(
-            f"{name!r} is not a group name: 1–50 lowercase letters, digits and hyphens, "
-            "starting with a letter or digit",
+            _(
+                "%(name)r is not a group name: 1–50 lowercase letters, digits and hyphens, "
+                "starting with a letter or digit"
+            )
+            % {"name": name},
             field="name",
         )
     warm = raw.get("warm_pool") or {}
     if isinstance(warm, list):
         warm = warm[0] if len(warm) == 1 else None
     if not isinstance(warm, dict):
-        raise SpecError("one warm_pool block at most", field="warm_pool")
+        raise SpecError(_("one warm_pool block at most"), field="warm_pool")
     instance_type = raw.get("instance_type") or warm.get("instance_type")
     if not isinstance(instance_type, str) or not instance_type:
         raise SpecError(
-            "say which GPU: instance_type (at the top or in warm_pool), a GPU model's "
-            "short name or slug",
+            _(
+                "say which GPU: instance_type (at the top or in warm_pool), a GPU model's "
+                "short name or slug"
+            ),
             field="instance_type",
         )
     image = raw.get("image", settings.GROUP_DEFAULT_IMAGE)
     if not isinstance(image, str) or not image:
-        raise SpecError("an image slug is needed", field="image")
+        raise SpecError(_("an image slug is needed"), field="image")
     port = raw.get("port")
     if port is not None:
         port = _int(raw, "port", 0, low=1, high=65535)
@@ -269,14 +290,15 @@ def check(raw: dict) -> Spec:
     )
     if spec.min_replicas > spec.max_replicas:
         raise SpecError(
-            f"min_nodes ({spec.min_replicas}) is more than max_nodes ({spec.max_replicas})",
+            _("min_nodes (%(min)s) is more than max_nodes (%(max)s)")
+            % {"min": spec.min_replicas, "max": spec.max_replicas},
             field="min_nodes",
         )
     cooldown = raw.get("cooldown") or {}
     if isinstance(cooldown, list):
         cooldown = cooldown[0] if len(cooldown) == 1 else None
     if not isinstance(cooldown, dict):
-        raise SpecError("one cooldown block at most", field="cooldown")
+        raise SpecError(_("one cooldown block at most"), field="cooldown")
     spec.scale_up_cooldown_s = _int(cooldown, "scale_up", 30, low=0, high=3600, where="cooldown.")
     spec.scale_down_cooldown_s = _int(
         cooldown, "scale_down", 300, low=0, high=24 * 3600, where="cooldown."
@@ -286,8 +308,11 @@ def check(raw: dict) -> Spec:
         metric = block.get("metric")
         if metric not in ("gpu_utilization", "queue"):
             raise SpecError(
-                f"unknown metric {metric!r}; scaling_metrics take gpu_utilization or queue "
-                "(schedules go in schedule blocks)",
+                _(
+                    "unknown metric %(metric)r; scaling_metrics take gpu_utilization or queue "
+                    "(schedules go in schedule blocks)"
+                )
+                % {"metric": metric},
                 field=f"{where}.metric",
             )
         threshold = block.get("threshold")
@@ -298,7 +323,8 @@ def check(raw: dict) -> Spec:
             or not (0 < threshold <= high)
         ):
             raise SpecError(
-                f"{threshold!r} is not a threshold above 0 and at most {high}",
+                _("%(threshold)r is not a threshold above 0 and at most %(high)s")
+                % {"threshold": threshold, "high": high},
                 field=f"{where}.threshold",
             )
         spec.rules.append(Rule(metric, threshold=float(threshold)))
@@ -307,14 +333,18 @@ def check(raw: dict) -> Spec:
         cron = block.get("cron")
         if not isinstance(cron, str) or not _cron_ok(cron):
             raise SpecError(
-                f"{cron!r} is not a cron expression (minute hour day month weekday, e.g. "
-                '"* 9-17 * * 1-5")',
+                _(
+                    "%(cron)r is not a cron expression (minute hour day month weekday, e.g. "
+                    '"* 9-17 * * 1-5")'
+                )
+                % {"cron": cron},
                 field=f"{where}.cron",
             )
         floor = _int(block, "min_nodes", 0, low=0, high=MAX_REPLICAS, where=f"{where}.")
         if floor > spec.max_replicas:
             raise SpecError(
-                f"{floor} is more than max_nodes ({spec.max_replicas})",
+                _("%(floor)s is more than max_nodes (%(max)s)")
+                % {"floor": floor, "max": spec.max_replicas},
                 field=f"{where}.min_nodes",
             )
         spec.rules.append(Rule("schedule", cron=cron, min_replicas=floor))

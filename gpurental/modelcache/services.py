@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from gpurental import protocol
 from gpurental.celery_app import app
@@ -40,8 +41,11 @@ def repo_id_check(repo_id: str, *, field: str = "repo_id") -> str:
     repo_id = (repo_id or "").strip()
     if not REPO_ID.match(repo_id) or ".." in repo_id:
         raise CacheRefused(
-            f"{repo_id!r} is not a Hugging Face repository id: org/name, with letters, "
-            "digits, '.', '_' and '-'",
+            _(
+                "%(repo)r is not a Hugging Face repository id: org/name, with letters, "
+                "digits, '.', '_' and '-'"
+            )
+            % {"repo": repo_id},
             field=field,
         )
     return repo_id
@@ -200,7 +204,7 @@ def cache_filled_record(*, host: Host, repo: dict, now: datetime) -> CachedModel
 
 def cache_evicted_record(*, host: Host, repo_id: str, now: datetime) -> None:
     with transaction.atomic():
-        deleted, _ = CachedModel.objects.filter(host=host, repo_id=repo_id).delete()
+        deleted, _kinds = CachedModel.objects.filter(host=host, repo_id=repo_id).delete()
         if deleted:
             _event(host, repo_id, CacheEvent.Kind.EVICTED, now=now)
 

@@ -6,19 +6,20 @@ from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class InstanceStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    PROVISIONING = "provisioning", "Provisioning"
-    RUNNING = "running", "Running"
-    STOPPING = "stopping", "Stopping"
-    STOPPED = "stopped", "Stopped"
-    TERMINATING = "terminating", "Terminating"
-    TERMINATED = "terminated", "Terminated"
-    FAILED = "failed", "Failed"
-    UNREACHABLE = "unreachable", "Unreachable (host silent; GPUs held, not billed)"
-    LOST = "lost", "Lost (host silent too long; GPUs released, /workspace kept)"
+    PENDING = "pending", _("Pending")
+    PROVISIONING = "provisioning", _("Provisioning")
+    RUNNING = "running", _("Running")
+    STOPPING = "stopping", _("Stopping")
+    STOPPED = "stopped", _("Stopped")
+    TERMINATING = "terminating", _("Terminating")
+    TERMINATED = "terminated", _("Terminated")
+    FAILED = "failed", _("Failed")
+    UNREACHABLE = "unreachable", _("Unreachable (host silent; GPUs held, not billed)")
+    LOST = "lost", _("Lost (host silent too long; GPUs released, /workspace kept)")
 
 
 class Instance(models.Model):
@@ -149,10 +150,10 @@ class InstanceEvent(models.Model):
 
 
 class ReservationStatus(models.TextChoices):
-    BOOKED = "booked", "Booked"
-    ACTIVE = "active", "Active"
-    COMPLETED = "completed", "Completed"
-    CANCELLED = "cancelled", "Cancelled"
+    BOOKED = "booked", _("Booked")
+    ACTIVE = "active", _("Active")
+    COMPLETED = "completed", _("Completed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class Reservation(models.Model):

@@ -113,3 +113,14 @@ def test_english_is_the_default_for_other_languages(as_alice, node):
     response = as_alice.get(f"{URL}{uuid.uuid4()}/", HTTP_ACCEPT_LANGUAGE="fr-FR")
     error = assert_error(response, 404, "not_found")
     assert error["message"].startswith("there is no instance ")
+
+
+def test_connect_refusal_is_chinese(as_alice, launched):
+    """The gateway's refusal (its catalogue is found through LOCALE_PATHS: not an app)."""
+
+    def post(**extra):
+        return as_alice.post(f"{URL}{launched.pk}/connect/", **extra)
+
+    english, chinese = both(post, 409, "invalid_state", field="status")
+    assert english["message"].endswith("it can be opened once it is running")
+    assert chinese["message"] == f"实例 {launched.pk} 的状态为 pending：运行后才能打开"
