@@ -3,8 +3,7 @@
 An instance answers at ``<id>.<GATEWAY_DOMAIN>`` (JupyterLab) and at
 ``<id>-<port>.<GATEWAY_DOMAIN>`` for each other HTTP port its image declares. The gateway
 proxies only to a running instance, only for its owner (for a team's, the members who may
-operate it), and only to the ports the agent
-reported for this run.
+operate it), and only to the ports the agent reported for this run.
 """
 
 from __future__ import annotations

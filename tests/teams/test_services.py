@@ -2,11 +2,12 @@
 
 import datetime as dt
 import hashlib
+import threading
 
 import pytest
 from django.contrib.auth import authenticate
 from django.core import mail
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test import RequestFactory
 from django.utils import timezone
 
@@ -128,3 +129,34 @@ def test_every_change_writes_its_event_and_events_are_append_only(team, alice, e
     )
     with pytest.raises(IntegrityError), transaction.atomic():
         TeamEvent.objects.filter(pk=event.pk).update(kind="created")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_owners_demoting_each_other_at_once_leave_one_owner():
+    alice, dave = UserFactory(email="alice@example.com"), UserFactory(email="dave@example.com")
+    team = services.team_create(creator=alice, name="Race", slug="race")
+    Membership.objects.create(team=team, user=dave, role="owner")
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def demote(actor, target):
+        try:
+            row = Membership.objects.get(team=team, user=target)
+            barrier.wait()
+            services.role_change(membership=row, role="admin", actor=actor)
+            outcomes.append("demoted")
+        except (services.TeamRefused, services.RoleTooLow):
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=demote, args=(alice, dave)),
+        threading.Thread(target=demote, args=(dave, alice)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["demoted", "refused"]
+    assert Membership.objects.filter(team=team, role="owner").count() == 1
