@@ -411,7 +411,11 @@ class ApiKeyViewSet(
             team = Team.objects.filter(slug=data["team"], memberships__user=request.user).first()
             if team is None:
                 raise ValidationError(
-                    {"team": [f"you are not a member of a team {data['team']!r}"]}
+                    {
+                        "team": [
+                            _("you are not a member of a team %(team)r") % {"team": data["team"]}
+                        ]
+                    }
                 )
         try:
             key, raw = api_key_create(

@@ -8,6 +8,7 @@ services check it and the refusal names the role needed (403).
 from __future__ import annotations
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -44,7 +45,7 @@ class TeamViewSet(viewsets.GenericViewSet):
         team = Team.objects.select_related("account").filter(slug=slug).first()
         role = role_in(user=self.request.user, account=team.account) if team else None
         if role is None:
-            raise NotFound(f"there is no team {slug}")
+            raise NotFound(_("there is no team %(slug)s") % {"slug": slug})
         return team, role
 
     @extend_schema(responses={200: s.TeamSerializer(many=True)})
@@ -85,14 +86,14 @@ class TeamViewSet(viewsets.GenericViewSet):
     @extend_schema(responses={200: s.MemberSerializer(many=True)})
     @action(detail=True, methods=["get"])
     def members(self, request, slug=None):
-        team, _ = self._team(slug)
+        team, _role = self._team(slug)
         rows = team.memberships.select_related("user").order_by("user__email")
         return Response(s.MemberSerializer(rows, many=True).data)
 
     def _membership(self, team: Team, member: str) -> Membership:
         row = team.memberships.select_related("user", "team").filter(pk=member).first()
         if row is None:
-            raise NotFound(f"there is no member {member} in this team")
+            raise NotFound(_("there is no member %(member)s in this team") % {"member": member})
         return row
 
     @extend_schema(
@@ -102,7 +103,7 @@ class TeamViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["patch", "delete"], url_path=r"members/(?P<member>[0-9]{1,18})")
     def member(self, request, slug=None, member=None):
         """PATCH {"role": …} changes a member's role; DELETE removes them."""
-        team, _ = self._team(slug)
+        team, _role = self._team(slug)
         row = self._membership(team, member)
         try:
             if request.method == "DELETE":
@@ -120,7 +121,7 @@ class TeamViewSet(viewsets.GenericViewSet):
     @extend_schema(request=None, responses={204: OpenApiResponse(description="Left")})
     @action(detail=True, methods=["post"])
     def leave(self, request, slug=None):
-        team, _ = self._team(slug)
+        team, _role = self._team(slug)
         try:
             services.leave(membership=team.memberships.get(user=request.user))
         except services.TeamRefused as exc:
@@ -135,7 +136,7 @@ class TeamViewSet(viewsets.GenericViewSet):
     def invitations(self, request, slug=None):
         """GET lists the team's invitations; POST invites someone by e-mail (admins invite
         members and viewers; owners any role)."""
-        team, _ = self._team(slug)
+        team, _role = self._team(slug)
         if request.method == "GET":
             return Response(s.InvitationSerializer(team.invitations.all(), many=True).data)
         form = s.InviteSerializer(data=request.data)
@@ -154,10 +155,12 @@ class TeamViewSet(viewsets.GenericViewSet):
     )
     def invitation(self, request, slug=None, invitation=None):
         """Withdraw an invitation not yet accepted."""
-        team, _ = self._team(slug)
+        team, _role = self._team(slug)
         row = Invitation.objects.filter(team=team, pk=invitation).first()
         if row is None:
-            raise NotFound(f"there is no invitation {invitation} in this team")
+            raise NotFound(
+                _("there is no invitation %(invitation)s in this team") % {"invitation": invitation}
+            )
         try:
             row = services.invitation_revoke(invitation=row, actor=request.user, now=timezone.now())
         except (services.TeamRefused, services.RoleTooLow) as exc:

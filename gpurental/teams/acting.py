@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from django.core.exceptions import PermissionDenied
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import AccountKind
 from gpurental.teams import roles
@@ -54,10 +55,13 @@ def role_refusal(request, needed: str) -> str | None:
         return None
     role = role_of(request)
     if role is None:
-        return "you are no longer a member of this team"
+        return _("you are no longer a member of this team")
     if roles.at_least(role, needed):
         return None
-    return roles.refusal(needed, role)
+    return _("your role in this team is %(role)s; this needs the %(needed)s role or higher") % {
+        "role": role,
+        "needed": needed,
+    }
 
 
 def require_role(request, needed: str) -> None:

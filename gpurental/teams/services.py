@@ -12,6 +12,7 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
+from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import AccountKind, User
 from gpurental.teams import roles
@@ -62,16 +63,21 @@ def _role_of(team: Team, user: User) -> str | None:
 def _require(team: Team, actor: User, needed: str) -> str:
     role = _role_of(team, actor)
     if role is None:
-        raise RoleTooLow("you are not a member of this team")
+        raise RoleTooLow(_("you are not a member of this team"))
     if not roles.at_least(role, needed):
-        raise RoleTooLow(roles.refusal(needed, role))
+        raise RoleTooLow(
+            _("your role in this team is %(role)s; this needs the %(needed)s role or higher")
+            % {"role": role, "needed": needed}
+        )
     return role
 
 
 def _check_role_value(role: str) -> None:
     if role not in roles.ROLES:
         raise TeamRefused(
-            f"role: {role!r} is not a role; choose from {', '.join(roles.ROLES)}", field="role"
+            _("role: %(role)r is not a role; choose from %(roles)s")
+            % {"role": role, "roles": ", ".join(roles.ROLES)},
+            field="role",
         )
 
 
@@ -97,16 +103,22 @@ def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
     now = now or timezone.now()
     name = (name or "").strip()
     if not name or len(name) > 100:
-        raise TeamRefused("name: give the team a name of 1 to 100 characters", field="name")
+        raise TeamRefused(_("name: give the team a name of 1 to 100 characters"), field="name")
     slug = slugify(slug or name)[:50].strip("-")
     if not slug:
-        raise TeamRefused("slug: needs at least one letter or digit (a-z, 0-9, '-')", field="slug")
+        raise TeamRefused(
+            _("slug: needs at least one letter or digit (a-z, 0-9, '-')"), field="slug"
+        )
     if slug in RESERVED_SLUGS:
-        raise TeamRefused(f"slug: {slug!r} is reserved; choose another", field="slug")
+        raise TeamRefused(
+            _("slug: %(slug)r is reserved; choose another") % {"slug": slug}, field="slug"
+        )
     if creator.kind == AccountKind.TEAM:
-        raise TeamRefused("a team account cannot create teams")
+        raise TeamRefused(_("a team account cannot create teams"))
     if Team.objects.filter(slug=slug).exists():
-        raise TeamRefused(f"slug: {slug!r} is taken; choose another", field="slug")
+        raise TeamRefused(
+            _("slug: %(slug)r is taken; choose another") % {"slug": slug}, field="slug"
+        )
     account = User.objects.create_user(
         email=f"team+{slug}@{TEAM_EMAIL_DOMAIN}",
         password=None,  # unusable: a team account never logs in
@@ -120,7 +132,9 @@ def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
                 name=name, slug=slug, account=account, created_by=creator, created_at=now
             )
     except IntegrityError as exc:  # a concurrent create took the slug
-        raise TeamRefused(f"slug: {slug!r} is taken; choose another", field="slug") from exc
+        raise TeamRefused(
+            _("slug: %(slug)r is taken; choose another") % {"slug": slug}, field="slug"
+        ) from exc
     Membership.objects.create(team=team, user=creator, role=roles.OWNER, joined_at=now)
     _event(team, TeamEventKind.CREATED, actor=creator, subject=creator.email, name=name)
     return team
@@ -132,7 +146,7 @@ def team_rename(*, team: Team, actor: User, name: str) -> Team:
     _require(team, actor, roles.OWNER)
     name = (name or "").strip()
     if not name or len(name) > 100:
-        raise TeamRefused("name: give the team a name of 1 to 100 characters", field="name")
+        raise TeamRefused(_("name: give the team a name of 1 to 100 characters"), field="name")
     old, team.name = team.name, name
     team.save(update_fields=["name"])
     _event(team, TeamEventKind.RENAMED, actor=actor, old=old, new=name)
@@ -145,13 +159,18 @@ def invite(*, team: Team, actor: User, email: str, role: str, now=None) -> tuple
     email = (email or "").strip()
     _check_role_value(role)
     if "@" not in email or len(email) > 254:
-        raise TeamRefused("email: give the e-mail address of the person to invite", field="email")
+        raise TeamRefused(
+            _("email: give the e-mail address of the person to invite"), field="email"
+        )
     with transaction.atomic():
         team = _locked(team)
         actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
         _may_grant(actor_role, role)
         if Membership.objects.filter(team=team, user__email__iexact=email).exists():
-            raise TeamRefused(f"email: {email} is already a member of this team", field="email")
+            raise TeamRefused(
+                _("email: %(email)s is already a member of this team") % {"email": email},
+                field="email",
+            )
         raw = secrets.token_urlsafe(32)
         invitation = Invitation.objects.create(
             team=team,
@@ -165,11 +184,19 @@ def invite(*, team: Team, actor: User, email: str, role: str, now=None) -> tuple
         _event(team, TeamEventKind.INVITED, actor=actor, subject=email, role=role)
     link = f"{settings.PUBLIC_URL.rstrip('/')}/teams/invite/{raw}/"
     send_mail(
-        subject=f"Join the team {team.name} on gpurental",
-        message=(
-            f"{actor.email} invites you to the team {team.name} as {role}.\n\n"
-            f"Accept within {INVITATION_DAYS} days, logged in as {email}:\n{link}\n"
-        ),
+        subject=_("Join the team %(team)s on gpurental") % {"team": team.name},
+        message=_(
+            "%(actor)s invites you to the team %(team)s as %(role)s.\n\n"
+            "Accept within %(days)s days, logged in as %(email)s:\n%(link)s\n"
+        )
+        % {
+            "actor": actor.email,
+            "team": team.name,
+            "role": role,
+            "days": INVITATION_DAYS,
+            "email": email,
+            "link": link,
+        },
         from_email=None,
         recipient_list=[email],
     )
@@ -188,27 +215,28 @@ def invitation_accept(*, token: str, user: User, now=None) -> Membership:
     )
     if invitation is None:
         raise TeamRefused(
-            "this invitation link is not valid: check that it is complete", field="token"
+            _("this invitation link is not valid: check that it is complete"), field="token"
         )
     state = invitation.state(now)
     if state == "accepted":
-        raise TeamRefused("this invitation has already been used", field="token")
+        raise TeamRefused(_("this invitation has already been used"), field="token")
     if state == "revoked":
-        raise TeamRefused("this invitation was withdrawn by the team", field="token")
+        raise TeamRefused(_("this invitation was withdrawn by the team"), field="token")
     if state == "expired":
         raise TeamRefused(
-            f"this invitation expired on {invitation.expires_at:%Y-%m-%d %H:%M} UTC; ask the "
-            "team for a new one",
+            _("this invitation expired on %(at)s UTC; ask the team for a new one")
+            % {"at": f"{invitation.expires_at:%Y-%m-%d %H:%M}"},
             field="token",
         )
     if invitation.email.lower() != user.email.lower():
         raise TeamRefused(
-            f"this invitation is for {invitation.email}; log in with that address to accept it",
+            _("this invitation is for %(email)s; log in with that address to accept it")
+            % {"email": invitation.email},
             field="email",
         )
     team = _locked(invitation.team)
     if Membership.objects.filter(team=team, user=user).exists():
-        raise TeamRefused("you are already a member of this team", field="token")
+        raise TeamRefused(_("you are already a member of this team"), field="token")
     membership = Membership.objects.create(
         team=team, user=user, role=invitation.role, joined_at=now
     )
@@ -244,7 +272,7 @@ def role_change(*, membership: Membership, role: str, actor: User) -> Membership
         return membership
     if membership.role == roles.OWNER and _owners(team) == 1:
         raise TeamRefused(
-            "role: this is the team's last owner; make someone else owner first", field="role"
+            _("role: this is the team's last owner; make someone else owner first"), field="role"
         )
     old, membership.role = membership.role, role
     membership.save(update_fields=["role"])
@@ -264,11 +292,11 @@ def member_remove(*, membership: Membership, actor: User) -> None:
     team = _locked(membership.team)
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
     if membership.user_id == actor.pk:
-        raise TeamRefused("to remove yourself, leave the team", field="user")
+        raise TeamRefused(_("to remove yourself, leave the team"), field="user")
     actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
     _may_grant(actor_role, membership.role, current=membership.role)
     if membership.role == roles.OWNER and _owners(team) == 1:
-        raise TeamRefused("this is the team's last owner", field="user")
+        raise TeamRefused(_("this is the team's last owner"), field="user")
     email, role = membership.user.email, membership.role
     membership.delete()
     _event(team, TeamEventKind.REMOVED, actor=actor, subject=email, role=role)
@@ -280,7 +308,7 @@ def leave(*, membership: Membership) -> None:
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
     if membership.role == roles.OWNER and _owners(team) == 1:
         raise TeamRefused(
-            "you are the team's last owner: make someone else owner before you leave",
+            _("you are the team's last owner: make someone else owner before you leave"),
             field="user",
         )
     user, role = membership.user, membership.role
