@@ -573,3 +573,12 @@ class MeSerializer(serializers.Serializer):
         help_text="Nothing left to spend, or less than BILLING_LOW_BALANCE_HOURS at this burn",
     )
     is_staff = serializers.BooleanField(read_only=True)
+    team = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The team whose account this key acts as (its slug); null: your own. "
+        "Balance, quota and GPUs in use are then the team's",
+    )
+    team_role = serializers.CharField(
+        read_only=True, allow_null=True, help_text="Your role in that team; null: your own"
+    )

@@ -46,7 +46,7 @@ from gpurental.rentals.services.lifecycle import (
     instance_stop,
     instance_terminate,
 )
-from gpurental.teams.acting import account_of
+from gpurental.teams.acting import account_of, role_of
 from gpurental.teams.models import Team
 
 UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -462,5 +462,7 @@ class MeView(GenericAPIView):
             "hours_left": money.hours_left,
             "low_balance": money.low,
             "is_staff": user.is_staff,
+            "team": account.team.slug if account.pk != user.pk else None,
+            "team_role": role_of(request) if account.pk != user.pk else None,
         }
         return Response(s.MeSerializer(data).data)

@@ -93,6 +93,8 @@ def test_me(as_alice, alice, running, settings):
         "hours_left": "16.0",
         "low_balance": True,
         "is_staff": False,
+        "team": None,  # a key of her own account
+        "team_role": None,
     }
 
 

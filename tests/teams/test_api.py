@@ -70,3 +70,9 @@ def test_a_key_for_a_team_says_so_and_a_team_account_never_authenticates(team, a
     forged = APIClient()
     forged.credentials(HTTP_AUTHORIZATION="Bearer gpr_forged01_x")
     assert_error(forged.get("/api/v1/instances/"), 401, "authentication_failed")
+
+
+def test_me_says_which_account_a_key_acts_as(team, erin):
+    assert key_client(erin).get("/api/v1/me/").json()["team"] is None
+    me = key_client(erin, team=team).get("/api/v1/me/").json()
+    assert (me["email"], me["team"], me["team_role"]) == ("erin@example.com", "acme", "member")
