@@ -88,8 +88,11 @@ def _may_grant(actor_role: str, role: str, *, current: str | None = None) -> Non
     )
     if touches_high and actor_role != roles.OWNER:
         raise RoleTooLow(
-            f"your role in this team is {actor_role}; only an owner may give, change or "
-            "remove the admin and owner roles"
+            _(
+                "your role in this team is %(role)s; only an owner may give, change or "
+                "remove the admin and owner roles"
+            )
+            % {"role": actor_role}
         )
 
 
