@@ -61,6 +61,7 @@ client-dist: $(BIN)/python
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check gpurental tests bench
+	$(BIN)/python scripts/check_i18n.py
 
 # The templates' catalogue, locale/zh_Hans (the apps' Python strings have their own, in
 # gpurental/<app>/locale/). Translate what it adds, then run it again to compile; commit the
@@ -70,6 +71,9 @@ messages: install
 	  --ignore 'gpurental/*' --ignore 'tests/*' --ignore 'bench/*' --ignore 'sdk/*' \
 	  --ignore 'scripts/*' --ignore 'var/*' --ignore 'images/*' --ignore 'deploy/*' \
 	  --ignore 'static/*' --ignore 'staticfiles/*'
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete -d djangojs \
+	  --ignore 'gpurental/*' --ignore 'static/vendor/*' --ignore 'staticfiles/*' --ignore 'var/*' \
+	  --ignore 'sdk/*' --ignore 'images/*' --ignore 'deploy/*' --ignore 'bench/*' --ignore 'tests/*'
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py compilemessages -l zh_Hans --ignore '.venv'
 
 format: install

@@ -236,6 +236,7 @@ LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 # gpurental/gateway is no installed app (it has no models), so its catalogue is named here.
 LOCALE_PATHS = [BASE_DIR / "locale", BASE_DIR / "gpurental" / "gateway" / "locale"]
+FORMAT_MODULE_PATH = ["gpurental.formats"]  # dates per language: templates name formats
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")  # the operator's: off-peak windows are in it
 USE_I18N = True
 USE_TZ = True

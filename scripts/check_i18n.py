@@ -5,8 +5,8 @@ that no translator saw.
 1. Templates: every text a person reads (HTML text, the visible attributes, the plain
    text of e-mails) is inside {% translate %} or {% blocktranslate %}. Walks every
    template with Django's own Lexer, so that what it reads is what Django renders.
-2. Catalogues: every zh_Hans catalogue (locale/ and gpurental/*/locale/) compiles with
-   msgfmt --check and has no untranslated or fuzzy entry.
+2. Catalogues: every zh_Hans catalogue (locale/ and gpurental/*/locale/, django and
+   djangojs) compiles with msgfmt --check and has no untranslated or fuzzy entry.
 3. The committed .mo of each catalogue is what its .po compiles to (a fresh machine
    without gettext uses it as committed).
 
@@ -144,9 +144,10 @@ def templates_in(paths: list[Path]) -> list[Path]:
 
 
 def catalogues() -> list[Path]:
-    found = [ROOT / "locale" / LANGUAGE_DIR / "LC_MESSAGES" / "django.po"]
-    found += sorted((ROOT / "gpurental").glob(f"*/locale/{LANGUAGE_DIR}/LC_MESSAGES/django.po"))
-    return [p for p in found if p.exists()]
+    """Every zh_Hans catalogue: Django's (templates, Python) and djangojs (static/js)."""
+    found = sorted((ROOT / "locale" / LANGUAGE_DIR / "LC_MESSAGES").glob("django*.po"))
+    found += sorted((ROOT / "gpurental").glob(f"*/locale/{LANGUAGE_DIR}/LC_MESSAGES/django*.po"))
+    return found
 
 
 def catalogue_problems(po: Path) -> list[str]:

@@ -1,5 +1,6 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
+from django.views.i18n import JavaScriptCatalog
 
 from gpurental.console import (
     views,
@@ -14,6 +15,8 @@ from gpurental.console import (
 urlpatterns = [
     path("", views.home, name="home"),
     path("language/", views_language.language_set, name="language_set"),
+    # The words static/js shows, in the page's language (djangojs catalogues).
+    path("jsi18n/", JavaScriptCatalog.as_view(), name="javascript_catalog"),
     path("signup/", views.signup, name="signup"),
     path("signup/confirm/<str:token>/", views.signup_confirm_view, name="signup_confirm"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),

@@ -1,6 +1,11 @@
 // Staff fleet page: a host × GPU heatmap of utilisation, updated live over /ws/fleet/
 // (one frame a second with the newest sample of every host that sent one).
 (function () {
+  // Django's JavaScript catalogue (base.html loads it first); without it, the English text.
+  const gettext = window.gettext || function (text) { return text; };
+  const interpolate = window.interpolate || function (text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (_, key) { return values[key]; });
+  };
   const table = document.getElementById("heatmap");
   const status = document.getElementById("heatmap-live");
   if (!table) return;
@@ -43,17 +48,17 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const socket = new WebSocket(scheme + "://" + location.host + "/ws/fleet/");
-    socket.onopen = function () { status.textContent = "live"; retry = 1000; };
+    socket.onopen = function () { status.textContent = gettext("live"); retry = 1000; };
     socket.onmessage = function (message) {
       const data = JSON.parse(message.data);
       if (data.type === "fleet") {
         update(data.hosts);
-        status.textContent = "live, updated " + new Date().toLocaleTimeString();
+        status.textContent = interpolate(gettext("live, updated %(at)s"), { at: new Date().toLocaleTimeString() }, true);
       }
     };
     socket.onclose = function (event) {
-      if (event.code === 4401 || event.code === 4403) { status.textContent = "not allowed"; return; }
-      status.textContent = "reconnecting…";
+      if (event.code === 4401 || event.code === 4403) { status.textContent = gettext("not allowed"); return; }
+      status.textContent = gettext("reconnecting…");
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 15000);
     };

@@ -4,6 +4,11 @@
 // the replicas' states and the tick's events. Where the websocket cannot connect, the
 // page polls its samples URL instead, and tries the websocket again later.
 (function () {
+  // Django's JavaScript catalogue (base.html loads it first); without it, the English text.
+  const gettext = window.gettext || function (text) { return text; };
+  const interpolate = window.interpolate || function (text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (_, key) { return values[key]; });
+  };
   const root = document.getElementById("group");
   if (!root || typeof Chart === "undefined") return;
   const url = root.dataset.samplesUrl;
@@ -49,9 +54,9 @@
 
   const charts = [
     chart("chart-replicas", [
-      { label: "ready", key: "ready", stepped: true },
-      { label: "provisioning", key: "provisioning", stepped: true },
-      { label: "warm", key: "warm", stepped: true },
+      { label: gettext("ready"), key: "ready", stepped: true },
+      { label: gettext("provisioning"), key: "provisioning", stepped: true },
+      { label: gettext("warm"), key: "warm", stepped: true },
     ]),
     chart("chart-gpu", [{ label: "GPU %", key: "gpu_util" }], 100),
     chart("chart-rps", [{ label: "rps", key: "rps" }]),
@@ -60,8 +65,8 @@
       { label: "p99", key: "latency_p99_ms" },
     ]),
     chart("chart-queue", [
-      { label: "queued", key: "queued" },
-      { label: "in flight", key: "inflight" },
+      { label: gettext("queued"), key: "queued" },
+      { label: gettext("in flight"), key: "inflight" },
     ]),
   ].filter(Boolean);
 
@@ -89,7 +94,7 @@
       tr.className = "empty";
       const td = document.createElement("td");
       td.colSpan = 4;
-      td.textContent = "No replicas.";
+      td.textContent = gettext("No replicas.");
       tr.append(td);
       replicasBody.append(tr);
       return;
@@ -154,7 +159,7 @@
     if (frame.replicas) showReplicas(frame.replicas);
     addEvents(frame.events);
     if (frame.status) root.dataset.status = frame.status;
-    if (note) note.textContent = (last ? "latest sample " + new Date(last).toTimeString().slice(0, 8) : "no samples yet") + " · " + how;
+    if (note) note.textContent = (last ? interpolate(gettext("latest sample %(at)s"), { at: new Date(last).toTimeString().slice(0, 8) }, true) : gettext("no samples yet")) + " · " + how;
     draw();
   }
 
@@ -167,9 +172,9 @@
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.json();
       })
-      .then(function (body) { show(body, "polling"); })
+      .then(function (body) { show(body, gettext("polling")); })
       .catch(function (err) {
-        if (note) note.textContent = "could not load samples (" + err.message + "); retrying";
+        if (note) note.textContent = interpolate(gettext("could not load samples (%(error)s); retrying"), { error: err.message }, true);
       })
       .finally(function () {
         if (polling !== null && root.dataset.status !== "deleted") polling = setTimeout(poll, POLL_MS);
@@ -189,10 +194,10 @@
     };
     socket.onmessage = function (message) {
       const data = JSON.parse(message.data);
-      if (data.type === "snapshot" || data.type === "frame") show(data, "live");
+      if (data.type === "snapshot" || data.type === "frame") show(data, gettext("live"));
     };
     socket.onclose = function (event) {
-      if (event.code === 4401 || event.code === 4404) { if (note) note.textContent = "not allowed"; return; }
+      if (event.code === 4401 || event.code === 4404) { if (note) note.textContent = gettext("not allowed"); return; }
       if (root.dataset.status === "deleted") return;
       // Meanwhile the samples URL keeps the charts going; the websocket is tried again.
       if (polling === null) { polling = 0; poll(); }

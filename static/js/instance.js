@@ -2,6 +2,11 @@
 // The same socket carries this instance's GPU samples (1 s) for the live charts;
 // history (1 h, 24 h) comes from per-minute rollups over HTTP.
 (function () {
+  // Django's JavaScript catalogue (base.html loads it first); without it, the English text.
+  const gettext = window.gettext || function (text) { return text; };
+  const interpolate = window.interpolate || function (text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (_, key) { return values[key]; });
+  };
   const root = document.getElementById("instance");
   if (!root) return;
   const id = root.dataset.id;
@@ -11,10 +16,23 @@
   const live = document.getElementById("live");
   const banner = document.getElementById("idle-banner");
   let retry = 1000;
+  // The statuses as the page shows them (the same words as the server's labels).
+  const STATUS_LABELS = {
+    pending: gettext("Pending"),
+    provisioning: gettext("Provisioning"),
+    running: gettext("Running"),
+    unreachable: gettext("Unreachable"),
+    stopping: gettext("Stopping"),
+    terminating: gettext("Terminating"),
+    stopped: gettext("Stopped"),
+    terminated: gettext("Terminated"),
+    failed: gettext("Failed"),
+    lost: gettext("Lost"),
+  };
 
   function setStatus(status, reason) {
     root.dataset.status = status;
-    statusEl.textContent = status.charAt(0).toUpperCase() + status.slice(1);
+    statusEl.textContent = STATUS_LABELS[status] || status;
     statusEl.className = "status " + status;
     if (reason !== undefined) {
       reasonEl.textContent = reason;
@@ -121,7 +139,7 @@
       points.push({ x: ms, util: gpu.stale ? null : gpu.util, mem: gpu.stale ? null : gpu.mem_used });
       while (points.length && points[0].x < cutoff) points.shift();
     });
-    document.getElementById("telemetry-live").textContent = "live, 1 s";
+    document.getElementById("telemetry-live").textContent = gettext("live, 1 s");
     if (data.simulated) document.getElementById("telemetry-simulated").hidden = false;
     if (Date.now() - lastDraw > 900) { lastDraw = Date.now(); drawLive(ms); }
   }
@@ -148,10 +166,10 @@
         historyUtil.update("none");
         historyMem.update("none");
         const note = document.getElementById("history-note");
-        note.textContent = (data.gpus.length ? "" : "no per-minute data yet") + (data.simulated ? " · simulated" : "");
+        note.textContent = (data.gpus.length ? "" : gettext("no per-minute data yet")) + (data.simulated ? " · " + gettext("simulated") : "");
         if (data.simulated) document.getElementById("telemetry-simulated").hidden = false;
       })
-      .catch(function () { document.getElementById("history-note").textContent = "history unavailable"; });
+      .catch(function () { document.getElementById("history-note").textContent = gettext("history unavailable"); });
   }
 
   if (charts) {
@@ -175,7 +193,7 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const socket = new WebSocket(scheme + "://" + location.host + "/ws/instances/" + id + "/");
-    socket.onopen = function () { live.textContent = "live"; retry = 1000; };
+    socket.onopen = function () { live.textContent = gettext("live"); retry = 1000; };
     socket.onmessage = function (message) {
       const data = JSON.parse(message.data);
       if (data.type === "snapshot") {
@@ -198,8 +216,8 @@
       }
     };
     socket.onclose = function (event) {
-      if (event.code === 4401 || event.code === 4404) { live.textContent = "not allowed"; return; }
-      live.textContent = "reconnecting…";
+      if (event.code === 4401 || event.code === 4404) { live.textContent = gettext("not allowed"); return; }
+      live.textContent = gettext("reconnecting…");
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 15000);
     };

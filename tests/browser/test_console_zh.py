@@ -86,6 +86,12 @@ def test_a_zh_hans_customer_sees_the_console_and_invoice_in_chinese(
     assert "Balance" not in body and "Instances" not in body
     page.screenshot(path=str(SHOTS / "console-zh-dashboard.png"), full_page=True)
 
+    # Words drawn by static/js come from the JavaScript catalogue in the same language.
+    page.click("header nav >> text=启动")
+    page.wait_for_url("**/launch/")
+    assert "按秒计费" in page.inner_text("#estimate")
+    page.screenshot(path=str(SHOTS / "console-zh-launch.png"), full_page=True)
+
     page.click("header nav >> text=账单")
     page.wait_for_url("**/billing/invoices/")
     body = page.inner_text("main")

@@ -1,6 +1,8 @@
 """Which language a page is in: the user's saved choice, then the switcher's cookie,
 then the browser's Accept-Language, else English."""
 
+import json
+
 from django.conf import settings
 
 ZH = "zh-hans"
@@ -75,3 +77,11 @@ def test_the_switcher_refuses_an_unknown_language_and_a_get(client, alice):
 def test_the_switcher_is_on_every_page_as_a_post_form(client, db):
     page = client.get("/").text
     assert 'action="/language/"' in page and 'name="language" value="zh-hans"' in page
+
+
+def test_the_javascript_catalogue_follows_the_language(client, alice):
+    reconnecting = json.dumps("重新连接中")[1:-1]  # the catalogue is JSON, ASCII-escaped
+    client.force_login(alice)
+    assert reconnecting not in client.get("/jsi18n/").text
+    assert reconnecting in client.get("/jsi18n/", headers={"accept_language": "zh-Hans"}).text
+    assert '<script src="/jsi18n/"></script>' in _dashboard(client)
