@@ -39,6 +39,7 @@ from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from gpurental.api.models import IdempotencyKey
+from gpurental.teams.acting import account_of, acting_for_team
 
 HEADER = "Idempotency-Key"
 KEY_TTL = timedelta(hours=24)
@@ -144,6 +145,14 @@ def _claim(*, user, key: str, method: str, path: str, request_hash: str, now: da
     )
 
 
+def _as_acted(request):
+    """The body, bound to the team account the request acts for: the same key sent once
+    for oneself and once for a team is two requests, and must not replay across them."""
+    if not acting_for_team(request):
+        return request.data  # as before teams: stored hashes stay valid
+    return {"acting_for": account_of(request).pk, "body": request.data}
+
+
 def run(request, handler: Callable[[], Response], *, redact=None) -> Response:
     """Run ``handler`` once per (user, Idempotency-Key); without the header, just run it."""
     key = request.headers.get(HEADER)
@@ -156,7 +165,7 @@ def run(request, handler: Callable[[], Response], *, redact=None) -> Response:
         key=key,
         method=request.method,
         path=request.path[:500],
-        request_hash=_request_hash(request.data),
+        request_hash=_request_hash(_as_acted(request)),
         now=timezone.now(),
     )
     if isinstance(claimed, Response):

@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 
 from gpurental.accounts.models import ApiKey
 from gpurental.accounts.services import _hash_key
+from gpurental.rentals.models import Instance
 from gpurental.teams.models import Invitation, Membership
 from tests.api.conftest import assert_error
 from tests.teams.test_permission_matrix import key_client
@@ -76,3 +77,18 @@ def test_me_says_which_account_a_key_acts_as(team, erin):
     assert key_client(erin).get("/api/v1/me/").json()["team"] is None
     me = key_client(erin, team=team).get("/api/v1/me/").json()
     assert (me["email"], me["team"], me["team_role"]) == ("erin@example.com", "acme", "member")
+
+
+def test_an_idempotency_key_does_not_replay_across_accounts(
+    team, erin, a100, image, node, sent, settings
+):
+    settings.BILLING_ENFORCE_BALANCE = False
+    body = {"gpu_model": "A100", "gpu_count": 1, "image": "jupyter-cpu"}
+    headers = {"HTTP_IDEMPOTENCY_KEY": "launch-1"}
+    own = key_client(erin).post("/api/v1/instances/", body, format="json", **headers)
+    again = key_client(erin).post("/api/v1/instances/", body, format="json", **headers)
+    assert own.status_code == again.status_code == 201
+    assert again["Idempotent-Replayed"] == "true" and again.json()["id"] == own.json()["id"]
+    as_team = key_client(erin, team=team).post("/api/v1/instances/", body, format="json", **headers)
+    assert as_team.status_code == 422  # the key was used for another account's request
+    assert Instance.objects.filter(user=team.account).count() == 0
