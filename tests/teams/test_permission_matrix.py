@@ -49,10 +49,14 @@ MATRIX = {
     ("POST", "instances/{instance}/connect/"): row(201, 201, 201, 403, 404, 404),
     ("GET", "me/"): EVERYONE,  # balance: the team's for its members
     ("GET", "payments/"): row(200, 200, 200, 200, 200, 200),
+    # A top-up: 409 is "no payment provider here" (no Stripe secrets in tests), answered
+    # only once the role is allowed; member and viewer are refused before that.
+    ("POST", "payments/"): row(409, 409, 403, 403, 409, 409),
     ("GET", "usage/"): row(200, 200, 200, 200, 200, 200),
     ("POST", "vouchers/redeem/"): row(201, 201, 403, 403, 201, 201),
     ("GET", "invoices/"): EVERYONE,
     ("GET", "reservations/"): EVERYONE,
+    ("GET", "reservations/{reservation}/"): READ_TEAM,
     ("POST", "reservations/"): row(201, 201, 201, 403, 201, 201),
     ("POST", "reservations/{reservation}/cancel/"): row(200, 200, 200, 403, 404, 200),
     ("GET", "teams/acme/members/"): row(200, 200, 200, 200, 404, 404),
@@ -74,6 +78,7 @@ def in_an_hour():
 BODIES = {
     ("POST", "instances/"): lambda: {"gpu_model": "A100", "gpu_count": 1, "image": "jupyter-cpu"},
     ("POST", "vouchers/redeem/"): lambda: {"code": "TEAM-WEEK"},
+    ("POST", "payments/"): lambda: {"amount": "20.00"},
     ("POST", "reservations/"): lambda: {
         "gpu_model": "A100",
         "gpu_count": 1,
