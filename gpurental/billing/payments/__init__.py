@@ -9,6 +9,7 @@ off-session charge).
 from __future__ import annotations
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from gpurental.billing.payments.base import (
     CardSetup,
@@ -40,15 +41,17 @@ def unavailable_reason() -> str | None:
     """Why top-up cannot be offered now, in words for the customer; None when it can."""
     name = settings.PAYMENT_PROVIDER
     if name == "none":
-        return "Top-up is not available on this installation (PAYMENT_PROVIDER=none)."
+        return _("Top-up is not available on this installation (PAYMENT_PROVIDER=none).")
     if name == "stripe":
         if not settings.STRIPE_SECRET_KEY or not settings.STRIPE_WEBHOOK_SECRET:
-            return (
+            return _(
                 "Top-up is not available: the operator has not configured card payments "
                 "(STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET). Ask them for credit or a voucher."
             )
         return None
-    return f"Top-up is not available: unknown PAYMENT_PROVIDER {name!r} (allowed: stripe, none)."
+    return _(
+        "Top-up is not available: unknown PAYMENT_PROVIDER %(name)r (allowed: stripe, none)."
+    ) % {"name": name}
 
 
 def provider_named(name: str) -> PaymentProvider:

@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import stripe as stripe_lib
+from django.utils.translation import gettext_lazy
 
 from gpurental.billing.payments.base import (
     CardSetup,
@@ -40,7 +41,9 @@ log = logging.getLogger(__name__)
 PAID_TYPES = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
 AUTO_TOPUP = "auto_topup"  # metadata[purpose] of our off-session PaymentIntents
 INTENT_TYPES = ("payment_intent.succeeded", "payment_intent.payment_failed")
-UNAVAILABLE = "the payment provider did not answer; nothing was charged, try again shortly"
+UNAVAILABLE = gettext_lazy(
+    "the payment provider did not answer; nothing was charged, try again shortly"
+)
 # Currencies Stripe counts in whole units (https://docs.stripe.com/currencies#zero-decimal).
 ZERO_DECIMAL = frozenset(
     [
