@@ -55,6 +55,7 @@ class LeaseLaunchForm(forms.Form):
         queryset=ImageTemplate.objects.filter(is_active=True),
         to_field_name="slug",
         empty_label=None,
+        label=gettext_lazy("Image"),
     )
 
 
