@@ -7,7 +7,6 @@ Screenshots go to var/screenshots/console-zh-*.png."""
 from __future__ import annotations
 
 import io
-from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from django.conf import settings as django_settings
 from pypdf import PdfReader
 
 from tests.browser.test_console_flow import browser  # noqa: F401 - the fixture
+from tests.i18n.test_invoice_pdf_zh import issued_invoice
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -26,10 +26,8 @@ COMPANY = "杭州云帆智算科技有限公司"
 
 @pytest.fixture
 def zh_customer(alice, settings, a100, image, make_host, sent):
-    from gpurental.billing.models import Invoice, InvoiceLine
     from gpurental.billing.services import credit_add
     from gpurental.billing.services.details import billing_details_update
-    from gpurental.billing.services.invoicing import invoice_issue
     from gpurental.rentals.services import lifecycle as lc
 
     settings.BILLING_CURRENCY = "CNY"
@@ -46,17 +44,7 @@ def zh_customer(alice, settings, a100, image, make_host, sent):
         user=alice, image=image, gpu_model=a100, gpu_count=1, name="训练-bert"
     )
     lc.instance_report_running(instance_id=str(instance.pk), port=40000, container_id="c")
-    invoice = Invoice.objects.create(
-        user=alice, period_start=date(2026, 10, 1), period_end=date(2026, 11, 1), currency="CNY"
-    )
-    InvoiceLine.objects.create(
-        invoice=invoice,
-        rate_kind="peak",
-        description="训练-bert (A100 ×1)",
-        gpu_hours=Decimal("12.5"),
-        amount=Decimal("1234.56"),
-    )
-    return invoice_issue(invoice=invoice, now=datetime(2026, 11, 2, 9, tzinfo=UTC))
+    return issued_invoice(alice, description="训练-bert (A100 ×1)", amount="1234.56")
 
 
 def test_a_zh_hans_customer_sees_the_console_and_invoice_in_chinese(

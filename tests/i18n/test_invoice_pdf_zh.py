@@ -15,16 +15,17 @@ from gpurental.billing.services.invoicing import invoice_issue
 COMPANY = "上海星河智算科技有限公司"
 
 
-def _issued_invoice(user):
+def issued_invoice(user, *, description="训练任务 train-1 (H100 ×2)", amount="1234.50"):
+    """October 2026's invoice in CNY with one line, issued on 2 November."""
     invoice = Invoice.objects.create(
         user=user, period_start=date(2026, 10, 1), period_end=date(2026, 11, 1), currency="CNY"
     )
     InvoiceLine.objects.create(
         invoice=invoice,
         rate_kind="peak",
-        description="训练任务 train-1 (H100 ×2)",
+        description=description,
         gpu_hours=Decimal("4"),
-        amount=Decimal("1234.50"),
+        amount=Decimal(amount),
     )
     return invoice_issue(invoice=invoice, now=datetime(2026, 11, 2, 9, tzinfo=UTC))
 
@@ -40,7 +41,7 @@ def test_a_zh_hans_customers_invoice_has_chinese_labels_and_company(alice):
     customer = billing_details_update(
         user=alice, full_name="李娜", company=COMPANY, billing_address="上海市浦东新区世纪大道100号"
     )
-    text = _text(_issued_invoice(customer))
+    text = _text(issued_invoice(customer))
     for expected in (
         COMPANY,
         "李娜",
@@ -59,6 +60,6 @@ def test_without_a_choice_the_invoice_stays_english(alice):
     alice = billing_details_update(
         user=alice, full_name="Li Na", company=COMPANY, billing_address=""
     )
-    text = _text(_issued_invoice(alice))
+    text = _text(issued_invoice(alice))
     assert "Bill to:" in text and "Total" in text and COMPANY in text
     assert "购买方" not in text
