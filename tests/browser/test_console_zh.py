@@ -84,7 +84,7 @@ def test_a_zh_hans_customer_sees_the_console_and_invoice_in_chinese(
     page.wait_for_url("**/billing/invoices/")
     body = page.inner_text("main")
     assert "发票" in body and "用量" in body and "预计月底消费" in body
-    assert "¥1234.56" in page.inner_text("#invoices")
+    assert "¥1,234.56" in page.inner_text("#invoices")
     page.screenshot(path=str(SHOTS / "console-zh-billing.png"), full_page=True)
 
     # The PDF, fetched in the same session: Chinese labels and the Chinese company name.

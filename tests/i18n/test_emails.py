@@ -19,7 +19,7 @@ def test_a_zh_hans_user_gets_the_low_balance_email_in_chinese(alice, settings):
 
     email = _email(alice, "low_balance", balance=Decimal("1234.5"), hourly_burn=Decimal("2"))
 
-    assert "您的余额为 ¥1234.50" in email.text_body
+    assert "您的余额为 ¥1,234.50" in email.text_body
     assert "请充值以保持实例运行" in email.text_body
     assert "Your balance" not in email.text_body
     assert '<html lang="zh-hans">' in email.html_body

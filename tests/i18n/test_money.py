@@ -14,7 +14,7 @@ from gpurental.console.templatetags.money import money_format
     ("amount", "currency", "language", "shown"),
     [
         (Decimal("1234.5"), "CNY", "en", "¥1,234.50"),
-        (Decimal("1234.5"), "CNY", "zh-hans", "¥1234.50"),  # Django's zh_Hans: no grouping
+        (Decimal("1234.5"), "CNY", "zh-hans", "¥1,234.50"),  # grouped by three (formats/zh_Hans)
         (Decimal("0.005"), "USD", "en", "$0.01"),  # half up, once
         (Decimal("-3"), "EUR", "zh-hans", "-€3.00"),
         ("12.3", "CHF", "en", "12.30 CHF"),  # no symbol known: the code
@@ -35,7 +35,7 @@ def test_a_zh_hans_dashboard_shows_the_balance_in_yuan(client, alice, settings):
     credit_add(user=alice, amount=Decimal("1500.00"))
     client.force_login(alice)
     page = client.get("/dashboard/", headers={"accept_language": "zh-Hans"}).text
-    assert 'id="balance">¥1500.00<' in page
+    assert 'id="balance">¥1,500.00<' in page
     assert "余额" in page and "本月消费" in page
     english = client.get("/dashboard/").text
     assert 'id="balance">¥1,500.00<' in english and "Balance" in english
