@@ -53,6 +53,7 @@ bench-smoke: install
 	$(BIN)/python bench/elastic.py --smoke
 	$(BIN)/python bench/warm_states.py --smoke
 	$(BIN)/python bench/acceptance.py --smoke
+	$(BIN)/python bench/nvml_sampler.py --smoke
 
 # The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
 client-dist: $(BIN)/python
