@@ -135,11 +135,19 @@ class ApiKeyForm(forms.Form):
         label=gettext_lazy("Expires in days"),
         help_text=gettext_lazy("Empty: until revoked"),
     )
+    team = forms.ChoiceField(
+        required=False,
+        label=gettext_lazy("Acts as"),
+        help_text=gettext_lazy("A team's key acts as the team's account, with your role there"),
+    )
 
-    def __init__(self, *args, user=None, **kwargs):
+    def __init__(self, *args, user=None, teams=(), **kwargs):
         super().__init__(*args, **kwargs)
         if user is not None and user.is_staff:  # only staff may give staff powers to a key
             self.fields["scopes"].choices = ApiKeyScope.choices
+        self.fields["team"].choices = [("", gettext_lazy("Personal"))] + [
+            (team.slug, team.name) for team, _role in teams
+        ]
 
 
 class UTCDateTimeField(forms.DateTimeField):

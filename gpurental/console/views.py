@@ -48,6 +48,7 @@ from gpurental.rentals.selectors import instance_visible_to, reservations_visibl
 from gpurental.rentals.services import lifecycle, reservations
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, require_role, role_refusal
+from gpurental.teams.selectors import teams_of
 
 ACTIONS = {
     "stop": lifecycle.instance_stop,
@@ -232,22 +233,27 @@ def instance_open(request, instance_id):
 
 @login_required
 def api_keys(request):
-    form = ApiKeyForm(request.POST or None, user=request.user)
+    teams = teams_of(user=request.user)
+    acting = getattr(request, "team", None)
+    initial = {"team": acting.slug if acting else ""}
+    form = ApiKeyForm(request.POST or None, user=request.user, teams=teams, initial=initial)
     new_key = None
     if request.method == "POST" and form.is_valid():
         days = form.cleaned_data["expires_in_days"]
+        chosen = {team.slug: team for team, _role in teams}.get(form.cleaned_data["team"])
         try:
             _key, new_key = api_key_create(
                 user=request.user,
                 name=form.cleaned_data["name"],
                 scopes=form.cleaned_data["scopes"],
                 expires_at=timezone.now() + dt.timedelta(days=days) if days else None,
+                team=chosen,
             )
         except ApiKeyRefused as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
-            form = ApiKeyForm(user=request.user)
-    keys = ApiKey.objects.filter(user=request.user)
+            form = ApiKeyForm(user=request.user, teams=teams, initial=initial)
+    keys = ApiKey.objects.filter(user=request.user).select_related("team")
     return render(
         request, "console/api_keys.html", {"form": form, "keys": keys, "new_key": new_key}
     )

@@ -4,6 +4,7 @@ import pytest
 from django.core import mail
 from django.urls import reverse
 
+from gpurental.accounts.models import ApiKey
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services.lifecycle import instance_launch
 from gpurental.teams import services
@@ -111,3 +112,19 @@ def test_the_last_owner_leaving_is_refused_with_the_rule(client, alice, team):
     page = client.post("/teams/acme/", {"action": "leave"}, follow=True).text
     assert "last owner" in page
     assert Membership.objects.filter(team=team, user=alice, role="owner").exists()
+
+
+def test_a_key_made_in_the_console_can_act_for_a_team_of_mine_only(client, erin, team, bob):
+    client.force_login(erin)
+    switch(client, "acme")
+    page = client.get("/keys/").text
+    assert 'name="team"' in page and 'value="acme" selected' in page
+    client.post("/keys/", {"name": "team ci", "scopes": ["read"], "team": "acme"})
+    assert ApiKey.objects.get(user=erin, name="team ci").team == team
+    client.post("/keys/", {"name": "mine", "scopes": ["read"], "team": ""})
+    assert ApiKey.objects.get(user=erin, name="mine").team is None
+
+    other = services.team_create(creator=bob, name="Bob's", slug="bobs")
+    refused = client.post("/keys/", {"name": "sneaky", "scopes": ["read"], "team": other.slug})
+    assert refused.status_code == 200 and "team" in refused.context["form"].errors
+    assert not ApiKey.objects.filter(name="sneaky").exists()
