@@ -163,7 +163,7 @@ MIDDLEWARE = [
 # is the same whether or not the account exists. Attempts are counted in the cache (Redis).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "gpurental.accounts.backends.PersonBackend",  # ModelBackend, for people only
 ]
 AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)

@@ -94,7 +94,7 @@ def signup_confirm_view(request, token: str):
     if request.method == "POST" and pending is not None:
         user = signup_confirm(token=token, ip=request.META.get("REMOTE_ADDR"))
         if user is not None:
-            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            login(request, user, backend="gpurental.accounts.backends.PersonBackend")
             messages.success(request, _("Welcome! Your account is ready."))
             return redirect("dashboard")
         pending = None

@@ -118,12 +118,13 @@ def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
         )
     if creator.kind == AccountKind.TEAM:
         raise TeamRefused(_("a team account cannot create teams"))
-    if Team.objects.filter(slug=slug).exists():
+    email = f"team+{slug}@{TEAM_EMAIL_DOMAIN}"
+    if Team.objects.filter(slug=slug).exists() or User.objects.filter(email__iexact=email).exists():
         raise TeamRefused(
             _("slug: %(slug)r is taken; choose another") % {"slug": slug}, field="slug"
         )
     account = User.objects.create_user(
-        email=f"team+{slug}@{TEAM_EMAIL_DOMAIN}",
+        email=email,
         password=None,  # unusable: a team account never logs in
         full_name=name,
         company=name,

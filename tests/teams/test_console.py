@@ -128,3 +128,13 @@ def test_a_key_made_in_the_console_can_act_for_a_team_of_mine_only(client, erin,
     refused = client.post("/keys/", {"name": "sneaky", "scopes": ["read"], "team": other.slug})
     assert refused.status_code == 200 and "team" in refused.context["form"].errors
     assert not ApiKey.objects.filter(name="sneaky").exists()
+
+
+def test_a_team_account_cannot_log_in_even_with_a_password(client, team):
+    team.account.set_password("a password someone set")
+    team.account.save()
+    answer = client.post(
+        "/login/", {"username": team.account.email, "password": "a password someone set"}
+    )
+    assert answer.status_code == 200  # the form again, not a redirect into the console
+    assert client.get("/dashboard/").status_code == 302
