@@ -1,7 +1,7 @@
 import uuid
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from gpurental.fleet.services import host_create, host_simulated_gpus_ensure
 from tests.factories import GPUModelFactory, ImageTemplateFactory, PlanFactory, UserFactory
@@ -84,6 +84,14 @@ def sent(monkeypatch):
 def balance_enforced(settings):
     """Launches need credit only where a test asks for it (tests/billing and some API tests do)."""
     settings.BILLING_ENFORCE_BALANCE = False
+
+
+@pytest.fixture(autouse=True)
+def default_language_after_each_test():
+    """A request with Accept-Language (or a user's saved language) leaves that language
+    active in the thread the test client runs in: each test starts from the default."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)

@@ -2,9 +2,6 @@
 
 import re
 
-import pytest
-from django.utils import translation
-
 from tests.api.conftest import (  # noqa: F401 (fixtures)
     as_alice,
     client_for,
@@ -21,11 +18,3 @@ ZH = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
 
 def is_chinese(text: str) -> bool:
     return bool(CJK.search(text))
-
-
-@pytest.fixture(autouse=True)
-def english_after_each_test():
-    """A request with Accept-Language leaves its language active in the thread (the test
-    client runs in it): later tests must start from the default again."""
-    yield
-    translation.deactivate()
