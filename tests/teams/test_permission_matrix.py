@@ -22,6 +22,7 @@ from gpurental.accounts.services import api_key_create
 from gpurental.billing.models import Voucher
 from gpurental.billing.selectors import balance_of
 from gpurental.billing.services.credits import credit_add
+from gpurental.notifications.models import WebhookEndpoint
 from gpurental.rentals.models import Instance, Reservation
 from gpurental.rentals.services.lifecycle import instance_launch, instance_report_running
 from gpurental.rentals.services.reservations import reservation_book
@@ -59,6 +60,8 @@ MATRIX = {
     ("GET", "reservations/{reservation}/"): READ_TEAM,
     ("POST", "reservations/"): row(201, 201, 201, 403, 201, 201),
     ("POST", "reservations/{reservation}/cancel/"): row(200, 200, 200, 403, 404, 200),
+    ("GET", "webhooks/"): EVERYONE,
+    ("POST", "webhooks/"): row(201, 201, 403, 403, 201, 201),  # a team's: admins
     ("GET", "teams/acme/members/"): row(200, 200, 200, 200, 404, 404),
     ("POST", "teams/acme/invitations/"): row(201, 201, 403, 403, 404, 404),
     ("PATCH", "teams/acme/members/{gina}/"): row(200, 200, 403, 403, 404, 404),
@@ -79,6 +82,7 @@ BODIES = {
     ("POST", "instances/"): lambda: {"gpu_model": "A100", "gpu_count": 1, "image": "jupyter-cpu"},
     ("POST", "vouchers/redeem/"): lambda: {"code": "TEAM-WEEK"},
     ("POST", "payments/"): lambda: {"amount": "20.00"},
+    ("POST", "webhooks/"): lambda: {"url": "http://127.0.0.1:9/hooks"},
     ("POST", "reservations/"): lambda: {
         "gpu_model": "A100",
         "gpu_count": 1,
@@ -94,6 +98,7 @@ BODIES = {
 @pytest.fixture(autouse=True)
 def launches_need_no_credit(settings):
     settings.BILLING_ENFORCE_BALANCE = False
+    settings.WEBHOOKS_ALLOW_PRIVATE = True  # the webhook row's URL is on loopback
 
 
 def key_client(user, team=None) -> APIClient:
@@ -157,6 +162,9 @@ def test_team_permission_matrix(method, path, role, expected, team, crew, world)
         mine = balance_of(user=team.account if member else person)
         assert Decimal(response.json()["balance"]) == mine
         assert (mine > 0) == member  # the team's credit (less its booking); others have none
+    if (method, path) == ("POST", "webhooks/") and expected == 201:
+        owner = WebhookEndpoint.objects.get(pk=response.json()["id"]).user
+        assert owner == (team.account if member else person)
     if (method, path) == ("POST", "vouchers/redeem/") and expected == 201:
         assert Voucher.objects.get().redemptions.get().user == (team.account if member else person)
 
