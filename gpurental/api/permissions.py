@@ -5,6 +5,7 @@
 | ``catalog``, ``account`` | any scope | any scope (a new key gets at most its creator's) |
 | ``instances``, ``reservations`` | ``read`` or the area's scope | the area's scope |
 | ``billing`` | ``billing`` | ``billing`` |
+| ``teams`` | any scope | every customer scope: who is in a team decides everything |
 
 A console session is not a key: it has its user's own rights.
 """
@@ -14,9 +15,9 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from gpurental.accounts.models import ApiKey, ApiKeyScope
+from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKey, ApiKeyScope
 from gpurental.teams import roles
-from gpurental.teams.acting import acting_for_team, role_refusal
+from gpurental.teams.acting import acting_for_team, role_of, role_refusal
 
 ANY = frozenset(ApiKeyScope.values)
 
@@ -37,7 +38,19 @@ class KeyScopes(BasePermission):
         key = request.auth
         if not isinstance(key, ApiKey):
             return True
-        needed = scopes_needed(getattr(view, "scope_area", "catalog"), request.method)
+        area = getattr(view, "scope_area", "catalog")
+        if area == "teams" and request.method not in SAFE_METHODS:
+            # Inviting or promoting someone hands over the team's balance and rentals: a
+            # key limited to some scopes (a dashboard's read key) may not.
+            missing = sorted(set(CUSTOMER_SCOPES) - set(key.scopes))
+            if missing:
+                self.message = _(
+                    "this API key may not change a team's members: that needs a key with every "
+                    "customer scope (%(all)s), and this one lacks %(missing)s"
+                ) % {"all": ", ".join(sorted(CUSTOMER_SCOPES)), "missing": ", ".join(missing)}
+                return False
+            return True
+        needed = scopes_needed(area, request.method)
         if needed & set(key.scopes):
             return True
         self.message = _(
@@ -49,13 +62,30 @@ class KeyScopes(BasePermission):
 class TeamRole(BasePermission):
     """Acting for a team, the member's role there decides (``teams.roles``): reading
     needs viewer, changing needs the view's ``team_area`` role (default: its
-    ``scope_area``). Views with ``team_area = None`` are personal (API keys, SSH keys)."""
+    ``scope_area``). Views with ``team_area = None`` are personal (API keys, SSH keys).
+
+    A key made for a team acts only within that team: once its holder has left, it is
+    refused everywhere; and it reaches no personal view (SSH keys, notifications) but
+    those marked ``team_key_ok``, which keep it to its team themselves."""
 
     def has_permission(self, request, view) -> bool:
-        if not request.user.is_authenticated or not acting_for_team(request):
+        if not request.user.is_authenticated:
             return True
+        key = request.auth
+        team_key = isinstance(key, ApiKey) and key.team_id is not None
+        if team_key and role_of(request) is None:
+            self.message = _("you are no longer a member of this team")
+            return False
         area = getattr(view, "team_area", getattr(view, "scope_area", "catalog"))
         if area is None:
+            if team_key and not getattr(view, "team_key_ok", False):
+                self.message = _(
+                    "this API key acts for the team %(team)s: your own SSH keys, notifications "
+                    "and settings need a key of your own account"
+                ) % {"team": key.team.slug}
+                return False
+            return True
+        if not acting_for_team(request):
             return True
         if request.method in SAFE_METHODS or area in ("catalog", "account"):
             needed = roles.READ

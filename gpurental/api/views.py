@@ -377,9 +377,17 @@ class ApiKeyViewSet(
     """Your API keys. The key itself is shown once, when it is created."""
 
     scope_area = "account"
+    team_key_ok = True  # a team's key sees and makes keys for that team only
     model = ApiKey
     noun = gettext_lazy("API key")
     serializer_class = s.ApiKeySerializer
+
+    def get_queryset(self):
+        keys = super().get_queryset()
+        creator = self.request.auth
+        if isinstance(creator, ApiKey) and creator.team_id is not None:
+            keys = keys.filter(team_id=creator.team_id)
+        return keys
 
     @extend_schema(
         summary="Create an API key (the response is the only time the key is shown)",
@@ -407,7 +415,23 @@ class ApiKeyViewSet(
                     }
                 )
         team = None
-        if data.get("team"):
+        if creator is not None and creator.team_id is not None:
+            # A key made for a team (a CI's, say) makes keys for that team and no other
+            # account: not its holder's own, not another team of theirs.
+            if data.get("team") != creator.team.slug:
+                raise ValidationError(
+                    {
+                        "team": [
+                            _(
+                                "this key acts for the team %(team)s: it makes keys for it "
+                                'only (send "team": "%(team)s")'
+                            )
+                            % {"team": creator.team.slug}
+                        ]
+                    }
+                )
+            team = creator.team
+        elif data.get("team"):
             team = Team.objects.filter(slug=data["team"], memberships__user=request.user).first()
             if team is None:
                 raise ValidationError(

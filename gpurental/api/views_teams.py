@@ -15,6 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.response import Response
 
+from gpurental.accounts.models import ApiKey
 from gpurental.api import serializers_teams as s
 from gpurental.api.views import UUID_RE
 from gpurental.teams import services
@@ -34,15 +35,23 @@ class TeamViewSet(viewsets.GenericViewSet):
     on them by role: viewer reads; member launches and books; admin pays and invites;
     owner changes any role."""
 
-    scope_area = "account"
+    scope_area = "teams"  # changes need a key with every customer scope (KeyScopes)
     team_area = None  # the services check the caller's role in the team named in the URL
+    team_key_ok = True  # a key made for a team sees that team only (_key_team)
     lookup_field = "slug"
     lookup_value_regex = r"[-a-z0-9_]+"
     serializer_class = s.TeamSerializer
     pagination_class = None
 
+    def _key_team_id(self):
+        """The team a team's key is bound to (None: a personal key or the console)."""
+        key = self.request.auth
+        return key.team_id if isinstance(key, ApiKey) else None
+
     def _team(self, slug: str) -> tuple[Team, str]:
         team = Team.objects.select_related("account").filter(slug=slug).first()
+        if team is not None and self._key_team_id() not in (None, team.pk):
+            team = None  # a key made for another team: as if this one did not exist
         role = role_in(user=self.request.user, account=team.account) if team else None
         if role is None:
             raise NotFound(_("there is no team %(slug)s") % {"slug": slug})
@@ -51,6 +60,8 @@ class TeamViewSet(viewsets.GenericViewSet):
     @extend_schema(responses={200: s.TeamSerializer(many=True)})
     def list(self, request, *args, **kwargs):
         rows = Membership.objects.filter(user=request.user).select_related("team")
+        if self._key_team_id() is not None:
+            rows = rows.filter(team_id=self._key_team_id())
         body = [
             {
                 "slug": m.team.slug,
@@ -64,6 +75,10 @@ class TeamViewSet(viewsets.GenericViewSet):
 
     @extend_schema(request=s.TeamCreateSerializer, responses={201: s.TeamSerializer})
     def create(self, request, *args, **kwargs):
+        if self._key_team_id() is not None:
+            raise PermissionDenied(
+                _("this API key acts for one team; create teams with a key of your own account")
+            )
         form = s.TeamCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:

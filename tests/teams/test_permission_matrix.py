@@ -101,8 +101,9 @@ def launches_need_no_credit(settings):
     settings.WEBHOOKS_ALLOW_PRIVATE = True  # the webhook row's URL is on loopback
 
 
-def key_client(user, team=None) -> APIClient:
-    scopes = [*CUSTOMER_SCOPES, ApiKeyScope.STAFF] if user.is_staff else None
+def key_client(user, team=None, scopes=None) -> APIClient:
+    if scopes is None and user.is_staff:
+        scopes = [*CUSTOMER_SCOPES, ApiKeyScope.STAFF]
     _, raw = api_key_create(user=user, name="matrix", scopes=scopes, team=team)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
