@@ -81,12 +81,18 @@ def _check_role_value(role: str) -> None:
         )
 
 
-def _may_grant(actor_role: str, role: str, *, current: str | None = None) -> None:
+def _grantable(actor_role: str | None, role: str, *, current: str | None = None) -> bool:
     """Admins manage members and viewers; only owners touch admins and owners."""
+    if not roles.at_least(actor_role, roles.MANAGE_MEMBERS):
+        return False
     touches_high = roles.RANK[role] >= roles.RANK[roles.ADMIN] or (
         current is not None and roles.RANK[current] >= roles.RANK[roles.ADMIN]
     )
-    if touches_high and actor_role != roles.OWNER:
+    return actor_role == roles.OWNER or not touches_high
+
+
+def _may_grant(actor_role: str, role: str, *, current: str | None = None) -> None:
+    if not _grantable(actor_role, role, current=current):
         raise RoleTooLow(
             _(
                 "your role in this team is %(role)s; only an owner may give, change or "
@@ -211,6 +217,14 @@ def invitation_find(*, token: str) -> Invitation | None:
     return Invitation.objects.select_related("team").filter(token_hash=_hash(token or "")).first()
 
 
+def _sender_may_still_invite(team: Team, invitation: Invitation) -> bool:
+    """An invitation speaks for its sender: it holds only while they could send it now (a
+    sender removed or demoted since, and what they sent is void)."""
+    if invitation.invited_by_id is None:
+        return False
+    return _grantable(_role_of(team, invitation.invited_by), invitation.role)
+
+
 @transaction.atomic
 def invitation_accept(*, token: str, user: User, now=None) -> Membership:
     now = now or timezone.now()
@@ -239,6 +253,14 @@ def invitation_accept(*, token: str, user: User, now=None) -> Membership:
             field="email",
         )
     team = _locked(invitation.team)
+    if not _sender_may_still_invite(team, invitation):
+        raise TeamRefused(
+            _(
+                "this invitation was sent by someone who may no longer invite to this team; "
+                "ask the team for a new one"
+            ),
+            field="token",
+        )
     if Membership.objects.filter(team=team, user=user).exists():
         raise TeamRefused(_("you are already a member of this team"), field="token")
     membership = Membership.objects.create(

@@ -102,9 +102,16 @@ class WatchedConsumer(CountedWebsocket, AsyncJsonWebsocketConsumer):
             code = await database_sync_to_async(_viewer_still_allowed)(
                 user_id, session_key, self.needs_staff
             )
+            if code is None:
+                code = await database_sync_to_async(self.object_still_allowed)(user_id)
             if code is not None:
                 await self.close(code=code)
                 return
+
+    def object_still_allowed(self, user_id) -> int | None:
+        """None while the viewer may still see the streamed object (a team member removed
+        since: CLOSE_NOT_FOUND); a consumer of one object overrides it."""
+        return None
 
     def stop_watching(self) -> None:
         if self._watch is not None:
@@ -118,6 +125,14 @@ def _gpu_fields(gpu: dict) -> dict:
 
 class InstanceConsumer(WatchedConsumer):
     metrics_stream = "instance"
+
+    def object_still_allowed(self, user_id) -> int | None:
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.get(pk=user_id)
+        found = instance_watchable_by(user=user, instance_id=self.instance_id)
+        return None if found is not None else CLOSE_NOT_FOUND
+
     group: str | None = None
     telemetry_group: str | None = None
 

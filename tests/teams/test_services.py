@@ -160,3 +160,17 @@ def test_two_owners_demoting_each_other_at_once_leave_one_owner():
         thread.join()
     assert sorted(outcomes) == ["demoted", "refused"]
     assert Membership.objects.filter(team=team, role="owner").count() == 1
+
+
+@pytest.mark.parametrize("sender_loses", ["removed", "demoted"])
+def test_an_invitation_dies_with_its_senders_right_to_send_it(team, alice, dave, sender_loses):
+    _, raw = services.invite(team=team, actor=dave, email="friend@example.com", role="member")
+    dave_row = Membership.objects.get(team=team, user=dave)
+    if sender_loses == "removed":
+        services.member_remove(membership=dave_row, actor=alice)
+    else:
+        services.role_change(membership=dave_row, role="viewer", actor=alice)
+    friend = UserFactory(email="friend@example.com")
+    with pytest.raises(services.TeamRefused, match="may no longer invite"):
+        services.invitation_accept(token=raw, user=friend)
+    assert not Membership.objects.filter(team=team, user=friend).exists()
