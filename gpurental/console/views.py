@@ -458,7 +458,10 @@ def fleet_host_action(request, host_id, action):
 @staff_member_required
 @require_POST
 def fleet_instance_stop(request, instance_id):
-    instance = _own_or_404(request, instance_id)
+    # Staff's powers, whatever account the switcher has chosen for their own rentals.
+    instance = instance_visible_to(user=request.user, instance_id=instance_id)
+    if instance is None:
+        raise Http404("No such instance.")
     try:
         lifecycle.instance_stop(
             instance=instance, actor=request.user, reason=f"stopped by staff ({request.user})"

@@ -138,3 +138,15 @@ def test_a_team_account_cannot_log_in_even_with_a_password(client, team):
     )
     assert answer.status_code == 200  # the form again, not a redirect into the console
     assert client.get("/dashboard/").status_code == 302
+
+
+def test_staff_acting_for_a_team_still_stop_any_instance_from_the_fleet_page(
+    client, carol, bob, team, a100, image, node, sent, settings
+):
+    settings.BILLING_ENFORCE_BALANCE = False
+    Membership.objects.create(team=team, user=carol, role="member")
+    instance = instance_launch(user=bob, gpu_model=a100, gpu_count=1, image=image)
+    client.force_login(carol)
+    switch(client, "acme")
+    assert client.post(f"/staff/instances/{instance.pk}/stop/").status_code == 302
+    assert Instance.objects.get(pk=instance.pk).status == "stopping"
