@@ -143,10 +143,13 @@ def launch(request):
 
 
 def _own_or_404(request, instance_id, *, operate: bool = False):
-    instance = instance_visible_to(user=account_of(request), instance_id=instance_id)
+    account = account_of(request)
+    instance = instance_visible_to(user=account, instance_id=instance_id)
+    if instance is None and request.user.is_staff:  # staff's powers whatever they act as
+        instance = instance_visible_to(user=request.user, instance_id=instance_id)
     if instance is None:
         raise Http404("No such instance.")
-    if operate:
+    if operate and instance.user_id == account.pk:
         require_role(request, roles.OPERATE)
     return instance
 
@@ -458,10 +461,7 @@ def fleet_host_action(request, host_id, action):
 @staff_member_required
 @require_POST
 def fleet_instance_stop(request, instance_id):
-    # Staff's powers, whatever account the switcher has chosen for their own rentals.
-    instance = instance_visible_to(user=request.user, instance_id=instance_id)
-    if instance is None:
-        raise Http404("No such instance.")
+    instance = _own_or_404(request, instance_id)
     try:
         lifecycle.instance_stop(
             instance=instance, actor=request.user, reason=f"stopped by staff ({request.user})"

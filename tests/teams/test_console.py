@@ -150,3 +150,14 @@ def test_staff_acting_for_a_team_still_stop_any_instance_from_the_fleet_page(
     switch(client, "acme")
     assert client.post(f"/staff/instances/{instance.pk}/stop/").status_code == 302
     assert Instance.objects.get(pk=instance.pk).status == "stopping"
+
+
+def test_staff_acting_for_a_team_still_open_a_customers_instance_page(
+    client, carol, bob, team, own_instance
+):
+    Membership.objects.create(team=team, user=carol, role="viewer")
+    client.force_login(carol)
+    switch(client, "acme")
+    assert client.get(f"/instances/{own_instance.pk}/").status_code == 200
+    # ... but their viewer role in acme does not stop them acting as staff elsewhere.
+    assert client.post(f"/instances/{own_instance.pk}/stop/").status_code == 302
