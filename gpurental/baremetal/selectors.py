@@ -9,7 +9,10 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum
+from django.utils import translation
+from django.utils.translation import gettext
 
+from gpurental.accounts.languages import languages_of
 from gpurental.baremetal.models import BareMetalHost, DedicatedPlan, Lease, LeaseCharge
 from gpurental.billing import pricing
 from gpurental.billing.models import InvoiceLine
@@ -117,15 +120,22 @@ def lease_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[i
     )
     leases = Lease.objects.select_related("plan", "host").in_bulk({r["lease_id"] for r in rows})
     labels = dict(pricing.KIND_LABELS)
+    rows = list(rows)
+    languages = languages_of(row["lease__user_id"] for row in rows)
     lines: dict[int, list] = defaultdict(list)
     for row in rows:
         lease = leases[row["lease_id"]]
         hours = Decimal(row["duration"].total_seconds()) / 3600 * lease.plan.gpu_count
+        with translation.override(languages.get(row["lease__user_id"])):
+            description = gettext("Dedicated host %(host)s (%(plan)s), %(rate)s") % {
+                "host": lease.host.name,
+                "plan": lease.plan.name,
+                "rate": gettext(labels.get(row["rate_kind"], row["rate_kind"])),
+            }
         lines[row["lease__user_id"]].append(
             InvoiceLine(
                 rate_kind=row["rate_kind"],
-                description=f"Dedicated host {lease.host.name} ({lease.plan.name}), "
-                f"{labels.get(row['rate_kind'], row['rate_kind'])}"[:255],
+                description=description[:255],
                 gpu_hours=hours.quantize(Decimal("0.0001")),
                 amount=pricing.quantize_money(row["amount"]),
             )

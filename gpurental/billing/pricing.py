@@ -33,7 +33,19 @@ from zoneinfo import ZoneInfo
 PEAK = "peak"
 OFF_PEAK = "off_peak"
 RESERVED = "reserved"
-KIND_LABELS = ((PEAK, "peak"), (OFF_PEAK, "off-peak"), (RESERVED, "reserved"))
+
+
+def gettext_noop(text: str) -> str:
+    """Marks ``text`` for the translation catalogues (makemessages reads this name) and
+    keeps this module free of Django; callers translate the label when they write it."""
+    return text
+
+
+KIND_LABELS = (
+    (PEAK, gettext_noop("peak")),
+    (OFF_PEAK, gettext_noop("off-peak")),
+    (RESERVED, gettext_noop("reserved")),
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)

@@ -72,6 +72,24 @@ def test_a_draft_has_one_line_per_instance_and_rate_kind(october):
     assert october.total == Decimal("26.00")
 
 
+def test_lines_are_written_in_the_customers_language(
+    berlin, funded, plan, make_host, run_instance, stop_instance
+):
+    """A customer who chose 中文 gets line descriptions in Chinese on their invoice (and so
+    on its PDF); the amounts and rate kinds are the same as in English."""
+    funded.language = "zh-hans"
+    funded.save(update_fields=["language"])
+    host = make_host("node1", plan.gpu_model)
+    night = run_instance(funded, plan, host, local(2026, 10, 6, 6), name="night")
+    stop_instance(night, local(2026, 10, 6, 9))
+    meter_run(now=local(2026, 11, 1, 3))
+    invoice = invoice_generate(user=funded, year=2026, month=10)
+    assert line_table(invoice) == [
+        ("night（2× H100），闲时", "off_peak", Decimal("4.0000"), Decimal("6.00")),
+        ("night（2× H100），高峰", "peak", Decimal("2.0000"), Decimal("4.00")),
+    ]
+
+
 def test_generating_a_draft_again_rebuilds_it_in_place(october, funded):
     again = invoice_generate(user=funded, year=2026, month=10)
     assert again.pk == october.pk and line_table(again) == line_table(october)

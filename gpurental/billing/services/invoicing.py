@@ -22,8 +22,10 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet, Sum
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext
 
+from gpurental.accounts.languages import languages_of
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.baremetal.selectors import lease_invoice_lines
@@ -188,15 +190,24 @@ def _instances(rows: Iterable[dict]) -> dict:
 
 
 def _lines(rows: Iterable[dict], instances: dict) -> list[InvoiceLine]:
+    """An instance's line per rate kind, described in its customer's language."""
+    rows = list(rows)
     labels = dict(pricing.KIND_LABELS)
+    languages = languages_of(row["user_id"] for row in rows)
     lines = []
     for row in rows:
         instance = instances[row["instance_id"]]
+        with translation.override(languages.get(row["user_id"])):
+            description = gettext("%(instance)s (%(plan)s), %(rate)s") % {
+                "instance": instance,
+                "plan": instance.plan.name,
+                "rate": gettext(labels[row["rate_kind"]]),
+            }
         lines.append(
             InvoiceLine(
                 instance_id=row["instance_id"],
                 rate_kind=row["rate_kind"],
-                description=f"{instance} ({instance.plan.name}), {labels[row['rate_kind']]}"[:255],
+                description=description[:255],
                 gpu_hours=(row["seconds"] * row["gpu_count"] / 3600).quantize(HOURS),
                 amount=quantize_money(row["amount"]),
             )
@@ -214,17 +225,27 @@ def _reservation_lines(start: datetime, end: datetime, user_ids=None) -> dict[in
     if user_ids is not None:
         reservations = reservations.filter(user_id__in=user_ids)
     zone = operator_zone()
+    reservations = list(reservations.order_by("user_id", "created_at"))
+    languages = languages_of(r.user_id for r in reservations)
     lines: dict[int, list] = defaultdict(list)
-    for r in reservations.order_by("user_id", "created_at"):
+    for r in reservations:
         lo, hi = r.start.astimezone(zone), r.end.astimezone(zone)
+        with translation.override(languages.get(r.user_id)):
+            description = gettext(
+                "Reservation %(count)s× %(model)s (%(plan)s), %(start)s–%(end)s %(zone)s"
+            ) % {
+                "count": r.gpu_count,
+                "model": r.gpu_model.short_name,
+                "plan": r.plan.name,
+                "start": f"{lo:%Y-%m-%d %H:%M}",
+                "end": f"{hi:%Y-%m-%d %H:%M}",
+                "zone": zone.key,
+            }
         lines[r.user_id].append(
             InvoiceLine(
                 reservation_id=r.pk,
                 rate_kind=pricing.RESERVED,
-                description=(
-                    f"Reservation {r.gpu_count}× {r.gpu_model.short_name} ({r.plan.name}), "
-                    f"{lo:%Y-%m-%d %H:%M}–{hi:%Y-%m-%d %H:%M} {zone.key}"
-                )[:255],
+                description=description[:255],
                 gpu_hours=Decimal(str(r.gpu_hours)).quantize(HOURS),
                 amount=quantize_money(r.price - r.refunded),
             )
