@@ -59,14 +59,12 @@ def close_code_after(user, path, change, wait=3.0):
     return async_to_sync(run)()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a removed member keeps the team instance's live stream open"
-)
 def test_a_removed_member_is_cut_off_from_the_team_instances_stream(team, erin, team_instance):
-    """Leak: the instance websocket checks membership only when it connects; the periodic
-    recheck (WatchedConsumer) asks only "still logged in, still active". A member removed
-    from the team keeps receiving the instance's status events and GPU samples for as long
-    as the page stays open (hours), where the gateway shuts them out within 30 s."""
+    """Found by this review (fixed in d317185), a leak: the instance websocket checks
+    membership only when it connects; the periodic recheck (WatchedConsumer) asks only
+    "still logged in, still active". A member removed from the team keeps receiving the
+    instance's status events and GPU samples for as long as the page stays open (hours),
+    where the gateway shuts them out within 30 s."""
     code = close_code_after(
         erin,
         f"/ws/instances/{team_instance.pk}/",
@@ -83,11 +81,11 @@ def test_an_outsider_and_staff_on_a_team_instances_stream(team, bob, carol, team
     assert connected and messages[0]["type"] == "snapshot"
 
 
-@pytest.mark.xfail(strict=True, reason="team members cannot watch a team group's live page")
 def test_a_member_watches_the_team_groups_stream(team, erin, team_group):
-    """Not a leak, a gap: GroupConsumer looks the group up with groups_visible_to(user=the
-    person), never the team's account, so every member (owner included) is refused 4404 on
-    the team's group page and its charts fall back to polling."""
+    """Found by this review (fixed in d317185), a gap: GroupConsumer looks the
+    group up with groups_visible_to(user=the person), never the team's account, so every
+    member (owner included) is refused 4404 on the team's group page and its charts fall
+    back to polling."""
     connected, messages = watch(erin, f"/ws/groups/{team_group.pk}/", frames=0)
     assert connected and messages[0]["type"] == "snapshot"
 
