@@ -259,3 +259,14 @@ def test_the_api_through_a_console_session_keeps_the_viewers_role(client, team, 
     assert str(world["instance"]) in {row["id"] for row in listed.json()["results"]}
     assert client.post(f"/api/v1/instances/{world['instance']}/stop/").status_code == 403
     _nothing_changed(team, world)
+
+
+def test_a_hostile_team_name_is_text_on_every_page_that_shows_it(client, alice, team):
+    team.name = '<script>alert("acme")</script>'
+    team.save(update_fields=["name"])
+    client.force_login(alice)
+    _switch(client, "acme")
+    for page in ("/dashboard/", "/teams/", "/teams/acme/", "/keys/", "/credit/"):
+        text = client.get(page).text
+        assert '<script>alert("acme")</script>' not in text, page
+    assert "&lt;script&gt;" in client.get("/teams/").text
