@@ -76,6 +76,12 @@ class TeamRole(BasePermission):
         if team_key and role_of(request) is None:
             self.message = _("you are no longer a member of this team")
             return False
+        if team_key and not key.team.account.is_active:
+            # Switched off by the operator: nobody acts for it (as for a person's account).
+            self.message = _("the team %(team)s is switched off; ask the operator") % {
+                "team": key.team.slug
+            }
+            return False
         area = getattr(view, "team_area", getattr(view, "scope_area", "catalog"))
         if area is None:
             if team_key and not getattr(view, "team_key_ok", False):

@@ -224,6 +224,8 @@ class Gateway:
                 await ws.close(
                     code=aiohttp.WSCloseCode.POLICY_VIOLATION, message=b"instance stopped"
                 )
+            elif not route.admits(ws["user"]):  # a team member removed or demoted since
+                await ws.close(code=aiohttp.WSCloseCode.POLICY_VIOLATION, message=b"no access")
 
     # --- requests ------------------------------------------------------------
 
@@ -270,7 +272,7 @@ class Gateway:
         headers = self._upstream_headers(request, route)
         url = f"http://{upstream[0]}:{upstream[1]}{_without_token(request)}"
         if websocket:
-            return await self._websocket(request, route, url, headers)
+            return await self._websocket(request, route, url, headers, user_id=session.get("u"))
         return await self._http(request, url, headers)
 
     async def _enter(self, request: web.Request, address: Address) -> web.StreamResponse:
@@ -385,7 +387,7 @@ class Gateway:
             return response
 
     async def _websocket(
-        self, request: web.Request, route: Route, url: str, headers: CIMultiDict
+        self, request: web.Request, route: Route, url: str, headers: CIMultiDict, *, user_id
     ) -> web.StreamResponse:
         offered = [
             p.strip()
@@ -404,7 +406,7 @@ class Gateway:
             heartbeat=30,  # keeps idle kernels' sockets alive through middleboxes
             max_msg_size=MAX_WS_MESSAGE,
         )
-        ws["run"] = route.run
+        ws["run"], ws["user"] = route.run, user_id
         try:
             await ws.prepare(request)
         except Exception:

@@ -18,10 +18,10 @@ class ActingAccountMiddleware:
         if team_id and user is not None and user.is_authenticated:
             membership = (
                 Membership.objects.select_related("team__account")
-                .filter(team_id=team_id, user=user)
+                .filter(team_id=team_id, user=user, team__account__is_active=True)
                 .first()
             )
-            if membership is None:  # removed since: back to the person's own account
+            if membership is None:  # removed (or the team switched off) since: back to their own
                 request.session.pop(SESSION_KEY, None)
             else:
                 bind(request, membership.team.account, membership.role, membership.team)

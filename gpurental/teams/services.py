@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import secrets
+import unicodedata
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -15,8 +17,12 @@ from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import AccountKind, User
+from gpurental.rentals.events import state_channel, state_redis
+from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.teams import roles
 from gpurental.teams.models import Invitation, Membership, Team, TeamEvent, TeamEventKind
+
+log = logging.getLogger(__name__)
 
 INVITATION_DAYS = 7
 TEAM_EMAIL_DOMAIN = "teams.invalid"
@@ -102,6 +108,39 @@ def _may_grant(actor_role: str, role: str, *, current: str | None = None) -> Non
         )
 
 
+def _access_lost(team: Team) -> None:
+    """Someone may no longer get into the team's instances: once this commits, the gateway
+    is woken (the instances' state channels) to read their operators again and close the
+    open websockets (terminals, kernels) of whoever lost access."""
+    running = list(
+        Instance.objects.filter(user=team.account, status=InstanceStatus.RUNNING).values_list(
+            "pk", flat=True
+        )
+    )
+
+    def wake() -> None:
+        for pk in running:
+            try:
+                state_redis().publish(state_channel(pk), "changed")
+            except Exception:  # noqa: BLE001 - the route's TTL still ends the access
+                log.warning("could not wake the gateway for instance %s", pk, exc_info=True)
+
+    if running:
+        transaction.on_commit(wake)
+
+
+def _name_checked(name: str) -> str:
+    """A team's name: 1 to 100 characters on one line (it goes into e-mail subjects)."""
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise TeamRefused(_("name: give the team a name of 1 to 100 characters"), field="name")
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
+        raise TeamRefused(
+            _("name: one line of text, without line breaks or control characters"), field="name"
+        )
+    return name
+
+
 def _owners(team: Team) -> int:
     return Membership.objects.filter(team=team, role=roles.OWNER).count()
 
@@ -110,9 +149,7 @@ def _owners(team: Team) -> int:
 def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
     """A team with its own account; the creator is its first owner."""
     now = now or timezone.now()
-    name = (name or "").strip()
-    if not name or len(name) > 100:
-        raise TeamRefused(_("name: give the team a name of 1 to 100 characters"), field="name")
+    name = _name_checked(name)
     slug = slugify(slug or name)[:50].strip("-")
     if not slug:
         raise TeamRefused(
@@ -154,9 +191,7 @@ def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
 def team_rename(*, team: Team, actor: User, name: str) -> Team:
     team = _locked(team)
     _require(team, actor, roles.OWNER)
-    name = (name or "").strip()
-    if not name or len(name) > 100:
-        raise TeamRefused(_("name: give the team a name of 1 to 100 characters"), field="name")
+    name = _name_checked(name)
     old, team.name = team.name, name
     team.save(update_fields=["name"])
     _event(team, TeamEventKind.RENAMED, actor=actor, old=old, new=name)
@@ -228,13 +263,15 @@ def _sender_may_still_invite(team: Team, invitation: Invitation) -> bool:
 @transaction.atomic
 def invitation_accept(*, token: str, user: User, now=None) -> Membership:
     now = now or timezone.now()
-    invitation = (
-        Invitation.objects.select_for_update().filter(token_hash=_hash(token or "")).first()
-    )
-    if invitation is None:
+    found = Invitation.objects.filter(token_hash=_hash(token or "")).first()
+    if found is None:
         raise TeamRefused(
             _("this invitation link is not valid: check that it is complete"), field="token"
         )
+    # The team row first, then the invitation: the order every team service locks in (a
+    # withdrawal at the same moment would otherwise deadlock with this).
+    team = _locked(found.team)
+    invitation = Invitation.objects.select_for_update().get(pk=found.pk)
     state = invitation.state(now)
     if state == "accepted":
         raise TeamRefused(_("this invitation has already been used"), field="token")
@@ -252,7 +289,6 @@ def invitation_accept(*, token: str, user: User, now=None) -> Membership:
             % {"email": invitation.email},
             field="email",
         )
-    team = _locked(invitation.team)
     if not _sender_may_still_invite(team, invitation):
         raise TeamRefused(
             _(
@@ -310,6 +346,8 @@ def role_change(*, membership: Membership, role: str, actor: User) -> Membership
         old=old,
         new=role,
     )
+    if role not in roles.OPERATORS:
+        _access_lost(team)
     return membership
 
 
@@ -326,6 +364,7 @@ def member_remove(*, membership: Membership, actor: User) -> None:
     email, role = membership.user.email, membership.role
     membership.delete()
     _event(team, TeamEventKind.REMOVED, actor=actor, subject=email, role=role)
+    _access_lost(team)
 
 
 @transaction.atomic
@@ -340,3 +379,4 @@ def leave(*, membership: Membership) -> None:
     user, role = membership.user, membership.role
     membership.delete()
     _event(team, TeamEventKind.LEFT, actor=user, subject=user.email, role=role)
+    _access_lost(team)

@@ -143,7 +143,7 @@ def switch(request):
     """Choose the acting account: a team of yours, or (empty) your own."""
     slug = request.POST.get("team", "")
     if slug:
-        team = Team.objects.filter(slug=slug).first()
+        team = Team.objects.filter(slug=slug, account__is_active=True).first()
         if team is None or membership_of(team=team, user=request.user) is None:
             raise Http404("No such team.")
         request.session[SESSION_KEY] = team.pk

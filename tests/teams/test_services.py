@@ -174,3 +174,12 @@ def test_an_invitation_dies_with_its_senders_right_to_send_it(team, alice, dave,
     with pytest.raises(services.TeamRefused, match="may no longer invite"):
         services.invitation_accept(token=raw, user=friend)
     assert not Membership.objects.filter(team=team, user=friend).exists()
+
+
+@pytest.mark.parametrize("name", ["Acme\r\nBcc: victim@example.com", "Tab\there", "Sep\u2028ar"])
+def test_a_name_on_more_than_one_line_is_refused_naming_the_field(team, alice, name):
+    with pytest.raises(services.TeamRefused) as refused:
+        services.team_create(creator=alice, name=name, slug="other")
+    assert refused.value.field == "name" and "line breaks" in refused.value.message
+    with pytest.raises(services.TeamRefused):
+        services.team_rename(team=team, actor=alice, name=name)

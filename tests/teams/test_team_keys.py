@@ -5,6 +5,7 @@ who is in a team needs a key with every customer scope."""
 import asyncssh
 
 from gpurental.accounts.models import ApiKey, SSHKey
+from gpurental.rentals.models import Instance
 from gpurental.teams import services
 from gpurental.teams.models import Invitation, Membership
 from tests.api.conftest import assert_error
@@ -79,3 +80,23 @@ def test_a_read_only_key_reads_the_team_but_cannot_change_its_members(team, alic
         assert "every customer scope" in refused.json()["error"]["message"]
     assert not Invitation.objects.exists()
     assert Membership.objects.get(pk=erin_row.pk).role == "member"
+
+
+def test_a_switched_off_team_is_acted_for_by_nobody(client, team, erin):
+    api = key_client(erin, team=team)
+    client.force_login(erin)
+    client.post("/teams/switch/", {"team": "acme", "next": "/dashboard/"})
+    team.account.is_active = False
+    team.account.save(update_fields=["is_active"])
+
+    launched = api.post(
+        "/api/v1/instances/",
+        {"gpu_model": "A100", "gpu_count": 1, "image": "jupyter-cpu"},
+        format="json",
+    )
+    assert_error(launched, 403, "permission_denied")
+    assert "switched off" in launched.json()["error"]["message"]
+    assert not Instance.objects.filter(user=team.account).exists()
+    # The console falls back to her own account and will not switch to it again.
+    assert client.get("/api/v1/me/").json()["team"] is None
+    assert client.post("/teams/switch/", {"team": "acme"}).status_code == 404

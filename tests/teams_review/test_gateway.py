@@ -5,7 +5,6 @@ import asyncio
 import dataclasses
 
 import aiohttp
-import pytest
 
 from gpurental.rentals.events import state_channel, state_redis
 from tests.gateway.test_security_review import CLOSED, run
@@ -13,10 +12,6 @@ from tests.gateway.test_security_review import CLOSED, run
 MEMBER, OUTSIDER = 42, 43
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a removed member's open JupyterLab websocket (terminal) through the gateway stays",
-)
 def test_a_removed_members_open_websocket_is_closed_when_the_route_is_read_again():
     """Leak: the gateway re-reads a team instance's operators with its route (at most 30 s
     old) and refuses a removed member's next HTTP request, but an open websocket (a

@@ -138,9 +138,6 @@ def test_a_team_key_cannot_be_made_for_the_team_account_nor_used_by_an_outsider(
         key_client(team.account)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a switched-off (inactive) team account keeps acting through its members"
-)
 def test_a_switched_off_team_account_cannot_be_acted_for(team, erin, a100, image, node, sent):
     """Gap: the operator switches an account off with is_active=False (the gateway and SSH
     then refuse its instances). A person switched off cannot log in at all; a team account

@@ -14,9 +14,6 @@ from tests.factories import UserFactory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="accept and withdraw of one invitation at once deadlock (500)"
-)
 def test_accepting_and_withdrawing_one_invitation_at_once_both_answer():
     """Bug: invitation_accept locks the invitation row and then the team row;
     invitation_revoke locks the team row and then updates the invitation. Sent at once
