@@ -1,6 +1,7 @@
 """An adversarial review of teams (issue 17). The team "acme" is alice's (owner); dave is
 admin, erin member, frank viewer (tests/teams/conftest.py); bob stays outside; carol is
-staff. Tests marked xfail(strict) show a leak that is still open: each says what leaks."""
+staff. Each problem the review found has a test whose docstring says what leaked and
+which commit fixed it; an open one is marked xfail(strict=True) until its fix lands."""
 
 import pytest
 from rest_framework.test import APIClient

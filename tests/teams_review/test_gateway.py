@@ -13,13 +13,14 @@ MEMBER, OUTSIDER = 42, 43
 
 
 def test_a_removed_members_open_websocket_is_closed_when_the_route_is_read_again():
-    """Leak: the gateway re-reads a team instance's operators with its route (at most 30 s
-    old) and refuses a removed member's next HTTP request, but an open websocket (a
-    JupyterLab terminal or kernel: a shell in the team's container) is closed on a route
-    change only when the instance stopped or its run changed (Gateway._changed compares
-    ``run``, never ``route.admits(user)``). A member removed or demoted to viewer keeps their
-    terminal for as long as it stays open. Here the route is read again exactly as after
-    a state change (the instance's state channel); the member's socket must end."""
+    """Found by this review (fixed in 42e9aa9), a leak: the gateway re-reads a team instance's
+    operators with its route (at most 30 s old) and refuses a removed member's next HTTP
+    request, but an open websocket (a JupyterLab terminal or kernel: a shell in the team's
+    container) is closed on a route change only when the instance stopped or its run changed
+    (Gateway._changed compares ``run``, never ``route.admits(user)``). A member removed or
+    demoted to viewer keeps their terminal for as long as it stays open. Here the route is
+    read again exactly as after a state change (the instance's state channel); the member's
+    socket must end."""
 
     async def scenario(s):
         table = s.route

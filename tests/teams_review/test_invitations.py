@@ -86,11 +86,12 @@ def test_the_invitation_page_of_a_wrong_token_shows_nothing(client, bob):
 
 
 def test_a_team_name_with_a_line_break_cannot_break_its_invitations(client, alice):
-    """Bug: team_create and team_rename strip only the ends of a name, so "Acme\\r\\nBcc: …"
-    is stored; invite() then puts it in the e-mail's Subject, Django refuses the header
-    (BadHeaderError, no injection) and the admin gets a 500 after the invitation row was
-    committed, with no e-mail sent: the team can never invite anyone. The name should be
-    refused on the name field (or its line breaks folded) instead."""
+    """Found by this review (fixed in 42e9aa9), a bug: team_create and team_rename strip only
+    the ends of a name, so "Acme\\r\\nBcc: …" is stored; invite() then puts it in the
+    e-mail's Subject, Django refuses the header (BadHeaderError, no injection) and the admin
+    gets a 500 after the invitation row was committed, with no e-mail sent: the team can
+    never invite anyone. The name should be refused on the name field (or its line breaks
+    folded) instead."""
     client.force_login(alice)
     created = client.post("/teams/", {"name": "Acme\r\nBcc: victim@example.com", "slug": "nl"})
     joined = Membership.objects.filter(user=alice, team__slug="nl").first()

@@ -139,11 +139,12 @@ def test_a_team_key_cannot_be_made_for_the_team_account_nor_used_by_an_outsider(
 
 
 def test_a_switched_off_team_account_cannot_be_acted_for(team, erin, a100, image, node, sent):
-    """Gap: the operator switches an account off with is_active=False (the gateway and SSH
-    then refuse its instances). A person switched off cannot log in at all; a team account
-    never logs in, so switching it off stops nothing: its members still launch (and are
-    charged to it), book and top up through their team keys and the console's switcher,
-    because neither bind_team nor the middleware looks at team.account.is_active."""
+    """Found by this review (fixed in 42e9aa9), a gap: the operator switches an account off
+    with is_active=False (the gateway and SSH then refuse its instances). A person switched
+    off cannot log in at all; a team account never logs in, so switching it off stops
+    nothing: its members still launch (and are charged to it), book and top up through their
+    team keys and the console's switcher, because neither bind_team nor the middleware looks
+    at team.account.is_active."""
     team.account.is_active = False
     team.account.save(update_fields=["is_active"])
 

@@ -15,13 +15,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_accepting_and_withdrawing_one_invitation_at_once_both_answer():
-    """Bug: invitation_accept locks the invitation row and then the team row;
-    invitation_revoke locks the team row and then updates the invitation. Sent at once
-    (an admin withdrawing the link the invitee is clicking), they wait on each other and
-    PostgreSQL kills one (deadlock detected): a 500 for that person. Here a third
-    connection holds the team row for a moment so that both are queued in that order:
-    the withdrawal first, the acceptance (already holding the invitation) second. Fix:
-    lock in one order, the team first (as every other team service does)."""
+    """Found by this review (fixed in 42e9aa9), a bug: invitation_accept locks the invitation
+    row and then the team row; invitation_revoke locks the team row and then updates the
+    invitation. Sent at once (an admin withdrawing the link the invitee is clicking), they
+    wait on each other and PostgreSQL kills one (deadlock detected): a 500 for that person.
+    Here a third connection holds the team row for a moment so that both are queued in that
+    order: the withdrawal first, the acceptance (already holding the invitation) second.
+    Fix: lock in one order, the team first (as every other team service does)."""
     alice = UserFactory(email="alice@example.com")
     team = services.team_create(creator=alice, name="Race", slug="race")
     invitation, raw = services.invite(
