@@ -178,19 +178,31 @@ def group_route_for(group_id: str) -> GroupRoute | None:
 
 
 def api_key_owner(raw: str) -> int | None:
-    """The user id of an active API key with the ``instances`` scope (calling a group makes
-    it scale, which costs money), or None. A worker thread; closes its connection."""
+    """The id of the account an active API key with the ``instances`` scope acts for
+    (calling a group makes it scale, which costs money), or None: its user's own, or for a
+    key made for a team, the team's account while its holder may operate there (member or
+    higher, the team not switched off). A worker thread; closes its connection."""
     from django.db import close_old_connections, connection
 
     from gpurental.accounts.models import ApiKeyScope
     from gpurental.accounts.services import api_key_authenticate
+    from gpurental.teams import roles
+    from gpurental.teams.models import Membership
 
     close_old_connections()
     try:
         key = api_key_authenticate(raw=raw)
         if key is None or ApiKeyScope.INSTANCES not in (key.scopes or []):
             return None
-        return key.user_id
+        if key.team_id is None:
+            return key.user_id
+        operates = Membership.objects.filter(
+            team_id=key.team_id,
+            user_id=key.user_id,
+            role__in=roles.OPERATORS,
+            team__account__is_active=True,
+        ).values_list("team__account_id", flat=True)
+        return operates.first()
     finally:
         connection.close()
 

@@ -66,9 +66,6 @@ def test_only_the_endpoint_key_opens_a_team_group_for_outsiders(team_group, bob)
     assert seen == {"endpoint": 200, "bob": 401}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="no member's API key opens a team group's endpoint (only its endpoint key)"
-)
 def test_a_members_team_key_opens_the_team_groups_endpoint_and_a_viewers_does_not(
     team, team_group, erin, frank, monkeypatch
 ):
