@@ -13,6 +13,9 @@
   channel, with window changes, signals and exit statuses. ``ssh -L`` (direct-tcpip) is
   opened by the container's sshd, inside the container's network: never from the gateway
   host itself. Remote forwarding (``ssh -R``), agent and X11 forwarding are refused.
+- Access is asked again whenever the instance's state channel speaks (a state change, or
+  a team's membership change: ``teams.services``): a connection whose key ``ssh_login``
+  now refuses (a member removed or demoted below member, the instance stopped) is closed.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import logging
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import asyncssh
@@ -31,6 +36,12 @@ log = logging.getLogger("gpurental.gateway.ssh")
 UPSTREAM_CONNECT_TIMEOUT = 15  # seconds; the host is on the platform's own network
 LOGIN_TIMEOUT = 60
 MAX_AUTH_TRIES = 10  # (user name, key) pairs per connection, as OpenSSH's MaxAuthTries
+STATE_PATTERN = "gpurental:instance-state:*"  # rentals.events.state_channel
+LISTEN_READY_TIMEOUT = 3  # seconds serve() waits for the state feed before answering anyway
+
+# Open, logged-in connections by instance id: what a state change asks about again.
+_open: dict[str, set[GatewayServer]] = defaultdict(set)
+_followers: set[asyncio.Task] = set()
 
 
 def key_line(key: asyncssh.SSHKey) -> str:
@@ -223,6 +234,7 @@ class GatewayServer(asyncssh.SSHServer):
         self._target = None  # sshroutes.Upstream, once a key is accepted
         self._upstream: asyncio.Task | None = None
         self._tried: dict[tuple[str, str], asyncio.Future] = {}  # (user name, key) → lookup
+        self._line = ""  # the key it logged in with
         self.instance_id = ""
 
     def connection_made(self, conn):
@@ -239,6 +251,9 @@ class GatewayServer(asyncssh.SSHServer):
             )
         else:
             log.info("ssh closed: %s from %s", self.instance_id, self._peer)
+            _open.get(self.instance_id, set()).discard(self)
+            if not _open.get(self.instance_id, True):
+                _open.pop(self.instance_id, None)
         if self._upstream is not None:
             self._upstream.cancel()
             if (
@@ -282,7 +297,7 @@ class GatewayServer(asyncssh.SSHServer):
         target = await asyncio.shield(lookup)
         if target is None:
             return False
-        self._target = target
+        self._target, self._line = target, line
         return True
 
     def auth_completed(self):
@@ -296,6 +311,15 @@ class GatewayServer(asyncssh.SSHServer):
             self._peer,
         )
         self._upstream = asyncio.ensure_future(self._connect_upstream())
+        _open[target.instance_id].add(self)
+
+    async def recheck(self) -> None:
+        """Ask ``ssh_login`` again with the key this connection logged in with; close the
+        connection if it now refuses."""
+        target = await asyncio.to_thread(_login, self._username, self._line)
+        if target is None and self._conn is not None:
+            log.info("ssh access ended: %s from %s", self.instance_id, self._peer)
+            self._conn.close()
 
     async def _connect_upstream(self) -> asyncssh.SSHClientConnection:
         target = self._target
@@ -343,12 +367,53 @@ class GatewayServer(asyncssh.SSHServer):
         return False  # ssh -R: refused
 
 
+async def _recheck_on_state_changes(listening: asyncio.Event) -> None:
+    """Follow every instance's state channel; each message asks again about the open
+    connections into that instance. Without Redis, sessions end as before: when the
+    instance stops and its sshd goes."""
+    import redis.asyncio as aioredis
+
+    from gpurental.telemetry.selectors import layer_redis_url
+
+    client = aioredis.Redis.from_url(
+        await asyncio.to_thread(layer_redis_url), socket_connect_timeout=2
+    )
+    delay = 0.5
+    while True:
+        try:
+            async with client.pubsub() as pubsub:
+                await pubsub.psubscribe(STATE_PATTERN)
+                listening.set()
+                delay = 0.5
+                async for message in pubsub.listen():
+                    if message.get("type") != "pmessage":
+                        continue
+                    channel = message["channel"]
+                    if isinstance(channel, bytes):
+                        channel = channel.decode()
+                    for server in list(_open.get(channel.rsplit(":", 1)[-1], ())):
+                        await server.recheck()
+        except asyncio.CancelledError:
+            await client.aclose()
+            raise
+        except Exception:  # noqa: BLE001 - keep following, whatever Redis did
+            listening.clear()
+            log.warning("instance state feed lost; retrying in %.1f s", delay, exc_info=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+
+
 async def serve(*, host: str, port: int, host_key: Path) -> asyncssh.SSHAcceptor:
     from gpurental.gateway import sshkeys
 
+    listening = asyncio.Event()
+    follower = asyncio.ensure_future(_recheck_on_state_changes(listening))
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(listening.wait(), LISTEN_READY_TIMEOUT)
+
     client_key = asyncssh.import_private_key(await asyncio.to_thread(sshkeys.client_private_key))
     server_key = gateway_host_key(host_key)
-    return await asyncssh.create_server(
+    acceptor = await asyncssh.create_server(
         lambda: GatewayServer(client_key),
         host,
         port,
@@ -361,6 +426,9 @@ async def serve(*, host: str, port: int, host_key: Path) -> asyncssh.SSHAcceptor
         login_timeout=LOGIN_TIMEOUT,
         encoding=None,
     )
+    _followers.add(follower)  # asyncio keeps only a weak reference to a task
+    follower.add_done_callback(_followers.discard)
+    return acceptor
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,6 @@ import contextlib
 import uuid
 
 import asyncssh
-import pytest
 
 from gpurental.gateway import sshd, sshkeys
 from gpurental.gateway.sshroutes import Upstream
@@ -27,9 +26,6 @@ async def _cat(process):
     process.exit(0)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a removed member's open SSH session into the team instance stays open"
-)
 def test_a_removed_members_open_ssh_session_ends(tmp_path, monkeypatch, settings):
     """A leak: the SSH gateway asks ``ssh_login`` (the owner's keys, and for a team's
     instance the keys of its members with role member or higher) once, at login. Nothing
