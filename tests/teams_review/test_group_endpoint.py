@@ -69,12 +69,13 @@ def test_only_the_endpoint_key_opens_a_team_group_for_outsiders(team_group, bob)
 def test_a_members_team_key_opens_the_team_groups_endpoint_and_a_viewers_does_not(
     team, team_group, erin, frank, monkeypatch
 ):
-    """A gap: the group endpoint admits "the owner's API key", i.e. a key whose user_id is
-    the group's owner (gateway/groups.py, api_key_owner and GroupEndpoints._authorised). A
-    team group's owner is the team account, which has no keys, so no member can call the
-    team's group with their key made for the team; only the endpoint key (shown once, to
-    whoever created the group) works. A fix must keep the role rule: calling scales the
-    group, which costs money, so member or higher; not a viewer, not a removed member."""
+    """Found by this review (fixed in 43c2a62), a gap: the group endpoint admits "the owner's
+    API key", i.e. a key whose user_id is the group's owner (gateway/groups.py,
+    api_key_owner and GroupEndpoints._authorised). A team group's owner is the team account,
+    which has no keys, so no member can call the team's group with their key made for the
+    team; only the endpoint key (shown once, to whoever created the group) works. A fix must
+    keep the role rule: calling scales the group, which costs money, so member or higher;
+    not a viewer, not a removed member."""
     monkeypatch.setattr(groups, "AUTH_TTL_S", 0.1)
     keys = {
         "member": api_key_create(user=erin, name="ci", team=team)[1],

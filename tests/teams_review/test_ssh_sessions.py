@@ -27,12 +27,12 @@ async def _cat(process):
 
 
 def test_a_removed_members_open_ssh_session_ends(tmp_path, monkeypatch, settings):
-    """A leak: the SSH gateway asks ``ssh_login`` (the owner's keys, and for a team's
-    instance the keys of its members with role member or higher) once, at login. Nothing
-    asks again: a member removed from the team, or demoted to viewer, keeps every SSH
-    session (a shell in the team's container, port forwards) they have open, for as long
-    as they keep it open. The HTTP gateway closes such websockets now (42e9aa9), woken on
-    the instance's state channel; the SSH gateway does not listen to it."""
+    """Found by this review (fixed in bb0ebad), a leak: the SSH gateway asks ``ssh_login`` (the
+    owner's keys, and for a team's instance the keys of its members with role member or
+    higher) once, at login. Nothing asks again: a member removed from the team, or demoted
+    to viewer, keeps every SSH session (a shell in the team's container, port forwards) they
+    have open, for as long as they keep it open. The HTTP gateway closes such websockets now
+    (42e9aa9), woken on the instance's state channel; the SSH gateway does not listen to it."""
     settings.SSH_GATEWAY_CLIENT_KEY = str(tmp_path / "client")
     instance_id = str(uuid.uuid4())
     allowed = {"now": True}
