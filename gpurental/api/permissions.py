@@ -3,7 +3,7 @@
 | area | read (GET) | change |
 | --- | --- | --- |
 | ``catalog``, ``account`` | any scope | any scope (a new key gets at most its creator's) |
-| ``instances``, ``reservations`` | ``read`` or the area's scope | the area's scope |
+| ``instances`` (and SSH keys), ``reservations`` | ``read`` or the area's scope | the area's scope |
 | ``billing`` | ``billing`` | ``billing`` |
 | ``teams`` | any scope | every customer scope: who is in a team decides everything |
 

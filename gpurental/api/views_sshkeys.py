@@ -27,7 +27,9 @@ class SSHKeyViewSet(
 ):
     """Your SSH public keys: `ssh <instance id>@<SSH gateway>` lets in any of them."""
 
-    scope_area = "account"
+    # An SSH key is a way into every instance: adding one needs the instances scope (a
+    # read-only key may list them, as it may list instances).
+    scope_area = "instances"
     model = SSHKey
     noun = gettext_lazy("SSH key")
     serializer_class = s.SSHKeySerializer

@@ -164,3 +164,19 @@ def test_a_password_reset_revokes_the_users_keys(client, client_for, alice, db):
     assert done.status_code == 302
     assert_error(api.get("/api/v1/me/"), 401, "authentication_failed")
     assert ApiKey.objects.filter(user=alice, revoked_at__isnull=True).count() == 0
+
+
+def test_adding_an_ssh_key_needs_the_instances_scope(client_for, alice):
+    """An SSH key lets its holder into every instance: a read-only key (a dashboard's) may
+    list the keys but not add one; a key with the instances scope may."""
+    from tests.gateway.test_ssh_keys import public_line
+
+    reader = client_for(alice, scopes=["read"])
+    assert reader.get("/api/v1/ssh-keys/").status_code == 200
+    refused = reader.post("/api/v1/ssh-keys/", {"public_key": public_line()}, format="json")
+    assert_error(refused, 403, "permission_denied")
+    assert "instances" in refused.json()["error"]["message"]
+    operator = client_for(alice, scopes=["instances"])
+    added = operator.post("/api/v1/ssh-keys/", {"public_key": public_line()}, format="json")
+    assert added.status_code == 201, added.content
+    assert alice.ssh_keys.count() == 1
