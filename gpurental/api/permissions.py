@@ -93,7 +93,8 @@ class TeamRole(BasePermission):
             return True
         if not acting_for_team(request):
             return True
-        if request.method in SAFE_METHODS or area in ("catalog", "account"):
+        reads = request.method in SAFE_METHODS or area in ("catalog", "account")
+        if reads or getattr(view, "action", None) in getattr(view, "read_actions", ()):
             needed = roles.READ
         else:
             needed = roles.change_needs(area)

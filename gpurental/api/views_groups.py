@@ -85,6 +85,7 @@ class GroupViewSet(
 
     scope_area = "instances"
     team_area = "groups"
+    read_actions = ("quote",)  # a POST that changes nothing: a team's viewer may ask a price
 
     noun = gettext_lazy("group")
     lookup_value_regex = UUID_RE

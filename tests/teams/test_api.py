@@ -10,6 +10,7 @@ from gpurental.accounts.services import _hash_key
 from gpurental.rentals.models import Instance
 from gpurental.teams.models import Invitation, Membership
 from tests.api.conftest import assert_error
+from tests.groups import surfaces
 from tests.teams.test_permission_matrix import key_client
 
 
@@ -92,3 +93,16 @@ def test_an_idempotency_key_does_not_replay_across_accounts(
     as_team = key_client(erin, team=team).post("/api/v1/instances/", body, format="json", **headers)
     assert as_team.status_code == 422  # the key was used for another account's request
     assert Instance.objects.filter(user=team.account).count() == 0
+
+
+# The groups tests' catalogue: an A10 plan and a serving image.
+a10, serving_echo, group_catalog = surfaces.a10, surfaces.serving_echo, surfaces.group_catalog
+
+
+def test_a_viewer_may_price_a_group_but_not_apply_it(team, frank, a10, group_catalog):
+    client = key_client(frank, team=team)
+    quoted = client.post("/api/v1/groups/quote/", surfaces.SPEC, format="json")
+    assert quoted.status_code == 200, quoted.content[:300]
+    applied = client.post("/api/v1/groups/apply/", surfaces.SPEC, format="json")
+    assert_error(applied, 403, "permission_denied")
+    assert "member role" in applied.json()["error"]["message"]
