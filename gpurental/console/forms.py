@@ -6,7 +6,7 @@ from django.contrib.auth import password_validation
 from django.core.validators import MaxValueValidator
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext
 
 from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
@@ -110,7 +110,10 @@ class LaunchForm(forms.Form):
             self.add_error(
                 "gpu_count",
                 _("%(model)s is offered with %(counts)s GPUs per instance.")
-                % {"model": model.short_name, "counts": ", ".join(map(str, offered)) or _("no")},
+                % {
+                    "model": model.short_name,
+                    "counts": ", ".join(map(str, offered)) or pgettext("no counts offered", "no"),
+                },
             )
         return data
 
