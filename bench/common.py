@@ -46,11 +46,13 @@ def percentile(values: list[float], q: float) -> float:
 
 def session_key(user) -> str:
     """A logged-in console session for ``user``, as the login view would make it."""
+    from django.conf import settings
     from django.contrib.sessions.backends.db import SessionStore
 
     store = SessionStore()
     store["_auth_user_id"] = str(user.pk)
-    store["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    # The backend that logs people in (a session naming one not configured is refused).
+    store["_auth_user_backend"] = settings.AUTHENTICATION_BACKENDS[-1]
     store["_auth_user_hash"] = user.get_session_auth_hash()
     store.create()
     return store.session_key
