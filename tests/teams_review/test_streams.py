@@ -3,16 +3,13 @@
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 
 from gpurental.groups.services import group_apply
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.teams.models import Membership
 from gpurental.telemetry.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
-from gpurental.telemetry.routing import websocket_urlpatterns
 from tests.groups.surfaces import SPEC, a10, group_catalog, serving_echo  # noqa: F401
+from tests.teams.test_streams import close_code_after
 from tests.websockets import watch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,30 +30,6 @@ def team_instance(team, a100, make_host, image, sent):
 def team_group(team, a10, serving_echo, group_catalog, make_host, sent):  # noqa: F811
     make_host("node2", a10, count=4)
     return group_apply(user=team.account, source=SPEC).group
-
-
-def close_code_after(user, path, change, wait=3.0):
-    """Connect as ``user``, apply ``change``, and return the close code that follows within
-    ``wait`` seconds (None: the stream stayed open)."""
-
-    async def run():
-        communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
-        communicator.scope["user"] = user
-        connected, _ = await communicator.connect()
-        assert connected
-        await communicator.receive_json_from(timeout=5)  # the snapshot
-        await sync_to_async(change)()
-        for _tick in range(int(wait / 0.2)):
-            if await communicator.receive_nothing(timeout=0.2):
-                continue
-            output = await communicator.receive_output(timeout=1)
-            if output["type"] == "websocket.close":
-                await communicator.wait(timeout=1)
-                return output.get("code")
-        await communicator.disconnect()
-        return None
-
-    return async_to_sync(run)()
 
 
 def test_a_removed_member_is_cut_off_from_the_team_instances_stream(team, erin, team_instance):
