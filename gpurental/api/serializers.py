@@ -282,6 +282,7 @@ class ConnectLinkSerializer(serializers.Serializer):
     )
     expires_at = serializers.DateTimeField()
     origin = serializers.CharField(help_text="The instance's own origin through the gateway")
+    status = serializers.CharField(help_text="The instance's status: running")
 
 
 class InstanceUsageSerializer(serializers.Serializer):
@@ -342,6 +343,20 @@ class InstanceWaitQuerySerializer(serializers.Serializer):
         min_value=0,
         max_value=WAIT_TIMEOUT_MAX,
         help_text=f"Seconds to wait with `wait_for` (0 to {WAIT_TIMEOUT_MAX}, default 60)",
+    )
+
+
+class ConnectWaitQuerySerializer(InstanceWaitQuerySerializer):
+    wait_for = serializers.ChoiceField(
+        choices=[(InstanceStatus.RUNNING.value, InstanceStatus.RUNNING.label)],
+        required=False,
+        help_text="Long-poll: make the link the moment the instance runs; a 409 when it "
+        "ends failed, lost or terminated instead, or is not running after `timeout` seconds",
+        error_messages={
+            "invalid_choice": gettext_lazy(
+                "{input!r}: a link waits only for the status running (wait_for=running)"
+            )
+        },
     )
 
 

@@ -187,6 +187,7 @@ class InstanceViewSet(
 
     noun = gettext_lazy("instance")
     lookup_value_regex = UUID_RE
+    wait_outcome: str | None = None  # set by a long-poll (_wait), sent as Wait-Outcome
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
@@ -222,6 +223,14 @@ class InstanceViewSet(
         wanted = query.validated_data.get("wait_for")
         if not wanted:  # read once, with its prefetches: get_object used the same queryset
             return Response(self.get_serializer(instance).data)
+        self._wait(instance, wanted, query.validated_data["timeout"])
+        return self._detail(instance)
+
+    def _wait(self, instance: Instance, wanted: str, timeout: float) -> None:
+        """A long-poll: wait until ``instance`` is ``wanted`` (or failed, lost or terminated),
+        for at most ``timeout`` s, holding no database connection. The answer, whatever it
+        is (an error too), then carries the outcome in ``Wait-Outcome``: reached, ended or
+        timeout (``finalize_response``)."""
 
         def current() -> str:
             status_now = Instance.objects.values_list("status", flat=True).get(pk=instance.pk)
@@ -230,7 +239,7 @@ class InstanceViewSet(
             return status_now
 
         limit = settings.API_WAITS_PER_USER
-        with wait_slot(str(request.user.pk), limit, ttl=2 * s.WAIT_TIMEOUT_MAX) as allowed:
+        with wait_slot(str(self.request.user.pk), limit, ttl=2 * s.WAIT_TIMEOUT_MAX) as allowed:
             if not allowed:
                 raise TooMany(
                     _(
@@ -240,13 +249,13 @@ class InstanceViewSet(
                     % {"limit": limit},
                     wait=1,
                 )
-            seen, changed = wait_for_status(
-                instance.pk, wanted, query.validated_data["timeout"], current=current
-            )
-        response = self._detail(instance)
-        response["Wait-Outcome"] = (
-            "timeout" if not changed else "reached" if seen == wanted else "ended"
-        )
+            seen, changed = wait_for_status(instance.pk, wanted, timeout, current=current)
+        self.wait_outcome = "timeout" if not changed else "reached" if seen == wanted else "ended"
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if self.wait_outcome is not None:  # on an error answer too (a connect's 409)
+            response["Wait-Outcome"] = self.wait_outcome
         return response
 
     @extend_schema(parameters=[s.InstanceListQuerySerializer])
@@ -312,16 +321,29 @@ class InstanceViewSet(
         summary="A one-time link that logs you in at the instance's origin (JupyterLab)",
         request=s.ConnectRequestSerializer,
         responses={201: s.ConnectLinkSerializer},
+        parameters=[s.ConnectWaitQuerySerializer],
     )
     @action(detail=True, methods=["post"])
     def connect(self, request, pk=None):
-        instance = self.get_object()
+        """A one-time link into the running instance. With `wait_for=running`, a long-poll:
+        the link comes the moment the instance runs; if it ends failed, lost or terminated
+        instead, or still does not run after `timeout` seconds, the answer is a 409
+        (invalid_state). The `Wait-Outcome` header says which: reached, ended or timeout."""
+        instance = self.get_object()  # another customer's instance: 404 before any wait
         if instance.user_id != account_of(request).pk:
             # Staff see every instance, but only its owner (or its team's members) gets in.
             raise NotFound(_("there is no %(noun)s %(id)s") % {"noun": self.noun, "id": pk})
         form = s.ConnectRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
+        query = s.ConnectWaitQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
         port = form.validated_data.get("port")
+        wanted = query.validated_data.get("wait_for")
+        if wanted:
+            tickets.connect_port_check(instance=instance, port=port)  # not after a long wait
+            self._wait(instance, wanted, query.validated_data["timeout"])
+            # One read after the wake-up (tickets.connect needs the image's ports).
+            instance = Instance.objects.select_related("image").get(pk=instance.pk)
         # The ticket is the person's; the gateway admits a team's members who may operate.
         ticket = tickets.connect(user=request.user, instance=instance, port=port)
         return Response(
@@ -329,6 +351,7 @@ class InstanceViewSet(
                 "url": ticket.url,
                 "expires_at": ticket.expires_at,
                 "origin": routes.origin(instance.pk, port),
+                "status": instance.status,
             },
             status=status.HTTP_201_CREATED,
         )

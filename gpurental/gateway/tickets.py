@@ -72,6 +72,15 @@ def connect(*, user, instance, port: int | None = None) -> Ticket:
             % {"id": instance.pk, "status": instance.status},
             field="status",
         )
+    connect_port_check(instance=instance, port=port)
+    return ticket_mint(
+        user=user, instance=instance, port=port, next_path="/" if port is not None else "/lab"
+    )
+
+
+def connect_port_check(*, instance, port: int | None) -> None:
+    """Refuse (RentalError on port) a port that the instance's image does not declare;
+    None, JupyterLab, is always there."""
     declared = list(instance.image.http_ports or [])
     if port is not None and port not in declared:
         raise RentalError(
@@ -82,9 +91,6 @@ def connect(*, user, instance, port: int | None = None) -> Ticket:
             % {"port": port, "declared": ", ".join(map(str, declared)) or _("it declares none")},
             field="port",
         )
-    return ticket_mint(
-        user=user, instance=instance, port=port, next_path="/" if port is not None else "/lab"
-    )
 
 
 def cookie_name(secure: bool) -> str:

@@ -32,9 +32,12 @@ class Waiter(threading.Thread):
         self.response = None
         self.answered_at: float | None = None
 
+    def send(self):
+        return self.client.get(self.path)
+
     def run(self) -> None:
         try:
-            self.response = self.client.get(self.path)
+            self.response = self.send()
             self.answered_at = time.monotonic()
         finally:
             from django.db import connection
