@@ -213,12 +213,35 @@ class Client(GroupsMixin, PaymentsMixin):
         body = {"idle_stop_minutes": minutes}
         return self._instance(self._request("POST", path, json_body=body))
 
-    def connect(self, instance_id: Any, port: int | None = None) -> dict[str, Any]:
+    def connect(
+        self, instance_id: Any, port: int | None = None, wait: float | None = None
+    ) -> dict[str, Any]:
         """A one-time link into a running instance you own: ``{"url", "expires_at",
-        "origin"}``. The url logs its holder in at the instance's origin, once."""
+        "origin", "status"}``. The url logs its holder in at the instance's origin, once.
+
+        With ``wait``, the server first waits up to ``wait`` seconds for the instance to
+        run (a long-poll) and answers the moment it does. When it does not, the
+        ``InvalidState`` raised has the ``Wait-Outcome`` header in ``headers``: ``ended``
+        (failed, lost or terminated instead) or ``timeout``. An older server does not wait:
+        it answers at once, without that header."""
         body = {"port": port} if port is not None else {}
         path = f"instances/{self._quote(instance_id)}/connect/"
-        data = self._request("POST", path, json_body=body)
+        if wait is None:
+            data = self._request("POST", path, json_body=body)
+        else:
+            headers: CaseInsensitiveDict = CaseInsensitiveDict()
+            try:
+                data = self._request(
+                    "POST",
+                    path,
+                    params={"wait_for": "running", "timeout": f"{wait:.3f}"},
+                    json_body=body,
+                    read_timeout=wait + self.timeout,
+                    headers_out=headers,
+                )
+            finally:
+                if "Wait-Outcome" in headers:  # filled in before an error is raised too
+                    self._long_poll = True
         if not isinstance(data, dict) or not data.get("url"):
             raise GpuRentalError(f"the server at {self.base_url} sent no link")
         return data
@@ -538,7 +561,12 @@ def _error_from(response: requests.Response) -> GpuRentalError:
             fields = _fields(body)
     if not message:
         message = f"{response.request.method} {response.url} answered {status} {response.reason}"
-    kwargs: dict[str, Any] = {"status": status, "code": code, "fields": fields}
+    kwargs: dict[str, Any] = {
+        "status": status,
+        "code": code,
+        "fields": fields,
+        "headers": response.headers,  # case-insensitive, as a proxy may lowercase names
+    }
     if status == 429:
         return RateLimited(message, retry_after=_retry_after(response), **kwargs)
     if status == 409:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gpurental.client.models import Instance
 
 
@@ -17,7 +19,8 @@ class GpuRentalError(Exception):
 
     ``status`` is the HTTP status (``None`` when no response came back), ``code`` the
     API's machine-readable error code, ``message`` its human-readable message and
-    ``fields`` the per-field messages of a validation error (``{"gpu_model": ["…"]}``).
+    ``fields`` the per-field messages of a validation error (``{"gpu_model": ["…"]}``)
+    and ``headers`` the answer's headers (any case: ``headers.get("wait-outcome")``).
     """
 
     def __init__(
@@ -27,12 +30,14 @@ class GpuRentalError(Exception):
         status: int | None = None,
         code: str | None = None,
         fields: dict[str, list[str]] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
         self.fields = fields or {}
+        self.headers = headers if headers is not None else {}
 
     def __str__(self) -> str:
         if not self.fields:

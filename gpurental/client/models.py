@@ -243,9 +243,37 @@ class Instance(_Bound):
     ) -> str:
         """Wait until the instance runs and return a link into it: it logs its holder in
         once at the instance's own origin (JupyterLab, or another HTTP ``port`` its image
-        declares) and expires within a minute. Ask again for a new one."""
-        self.wait_until("running", timeout=timeout, poll=poll, on_progress=on_progress)
-        return self.client.connect(self.id, port=port)["url"]
+        declares) and expires within a minute. Ask again for a new one.
+
+        Without ``on_progress``, one request asks the server to make the link the moment
+        the instance runs (at most ``LONG_POLL_SECONDS`` per request, asked again until
+        ``timeout``). With it, or against an older server that does not wait, it waits
+        as ``wait_until`` does (raising as it does), then asks for the link.
+        """
+        client = self.client
+        deadline = client._clock() + timeout
+        while on_progress is None and client._long_poll is not False:
+            remaining = max(0.0, deadline - client._clock())
+            try:
+                link = client.connect(self.id, port=port, wait=min(remaining, LONG_POLL_SECONDS))
+            except InvalidState as refused:
+                if refused.headers.get("Wait-Outcome") != "timeout":
+                    # Ended (wait_until raises with the reason), or an older server that
+                    # did not wait (no Wait-Outcome): wait as it can.
+                    break
+                if client._clock() < deadline:
+                    continue
+                self.refresh()
+                raise Timeout(
+                    f"instance {self.id} is still {self.status} after {timeout:g}s "
+                    "(waited for running)",
+                    instance=self,
+                ) from None
+            self.status = link.get("status") or "running"
+            return link["url"]
+        remaining = max(0.0, deadline - client._clock())
+        self.wait_until("running", timeout=remaining, poll=poll, on_progress=on_progress)
+        return client.connect(self.id, port=port)["url"]
 
 
 def _decimal(value: Any) -> Decimal | None:

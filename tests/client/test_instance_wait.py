@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpurental.client import Client, GpuRentalError, Instance, InvalidState, LaunchFailed, Timeout
-from tests.client.conftest import API_KEY, Answer, instance
+from tests.client.conftest import API_KEY, Answer, error, instance
 
 URL = "https://7.gw.example/lab"
 DETAIL = "/api/v1/instances/7/"
@@ -20,6 +20,15 @@ LINKED = {"url": LINK, "expires_at": "2025-03-01T10:01:09Z", "origin": "https://
 def _connect_answers(api):
     """The server's answer to connect: a one-time link (tests may replace it)."""
     api.reply("POST", CONNECT, *[(201, LINKED)] * 5)
+
+
+def older_server_connects(api) -> None:
+    """Connect as a server from before connect could wait: it ignores wait_for and refuses
+    at once while the instance is not running (no Wait-Outcome), then makes the link."""
+    not_yet = error(
+        409, "invalid_state", "instance 7 is pending: it can be opened once it is running"
+    )
+    api.reply("POST", CONNECT, not_yet, (201, LINKED))
 
 
 def event(to_status: str, step: str = "", reason: str = "") -> dict:
@@ -82,6 +91,7 @@ def test_connect_returns_the_jupyter_url_once_running(api, timed_client, clock):
 
 
 def test_failed_launch_raises_launch_failed_with_the_servers_reason(api, timed_client):
+    older_server_connects(api)
     reason = "image pytorch-2.1 is not on host gpu-01 and pulling is off"
     api.reply(
         "GET",
@@ -180,6 +190,7 @@ LONG_POLLED = {"wait-outcome": "reached"}  # as a proxy may lowercase it
 
 
 def test_connect_long_polls_a_server_that_can_and_never_sleeps(api, timed_client, clock):
+    older_server_connects(api)
     api.reply(
         "GET",
         DETAIL,
@@ -228,6 +239,7 @@ def test_with_on_progress_each_long_poll_comes_back_within_poll_seconds(api, tim
 
 
 def test_against_an_older_server_the_sdk_falls_back_to_polling(api, timed_client, clock):
+    older_server_connects(api)
     # An older server ignores wait_for: it answers at once, without Wait-Outcome.
     api.reply(
         "GET",
