@@ -50,6 +50,7 @@ def choose_runtime(config: AgentConfig):
         "allow_pull": config.allow_pull,
         "ready_timeout_s": config.ready_timeout,
         "host_name": config.host_name,
+        "sandbox_pool": config.net_pool,
     }
     if config.runtime == "process":
         return make_runtime("process", **process_kwargs), "process (GPURENTAL_RUNTIME=process)"
@@ -83,7 +84,12 @@ def _prepared(runtime, config: AgentConfig):
         if not config.debug:
             raise ConfigError(f"the tenant network could not be set up: {exc}") from exc
         return runtime, f"docker, WITHOUT the tenant firewall ({exc}; DEBUG is on: demo only)"
-    return runtime, "docker, on the tenant network"
+    pool = (
+        f"{config.net_pool} network sandboxes kept ready per set of ports"
+        if config.net_pool
+        else "no network sandboxes kept ready (GPURENTAL_NET_POOL=0)"
+    )
+    return runtime, f"docker, on the tenant network; {pool}"
 
 
 def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: ControlReporter):
@@ -198,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler.join(timeout=5)
         if publisher is not None and not sampler.is_alive():  # its loop belongs to that thread
             publisher.close()
+        if hasattr(runtime, "close"):
+            runtime.close()  # the docker runtime's idle network sandboxes
         source.close()
     return 0
 

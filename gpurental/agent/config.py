@@ -40,6 +40,7 @@ class AgentConfig:
     heartbeat_interval: float = 5.0
     ready_timeout: float = 120.0
     concurrency: int = 4
+    net_pool: int = 2  # idle network sandboxes per set of ports (runtimes/sandboxes.py)
     allow_pull: bool = False
     check_image: str = "gpurental/jupyter-cpu:latest"
     # Live telemetry: the channel layer's Redis ("" = derive from a Redis broker URL,
@@ -108,6 +109,7 @@ class AgentConfig:
             heartbeat_interval=float(env.get("GPURENTAL_HEARTBEAT_INTERVAL", "5")),
             ready_timeout=float(env.get("GPURENTAL_READY_TIMEOUT", "120")),
             concurrency=int(env.get("GPURENTAL_CONCURRENCY", "4")),
+            net_pool=_count(env, "GPURENTAL_NET_POOL", "2"),
             allow_pull=env.get("GPURENTAL_ALLOW_PULL", "0") in {"1", "true", "yes"},
             check_image=env.get("GPURENTAL_IMAGE", "gpurental/jupyter-cpu:latest"),
             telemetry_url=env.get("GPURENTAL_TELEMETRY_URL", ""),
@@ -133,3 +135,10 @@ def _positive(env: dict[str, str], key: str, default: str) -> float:
     if value <= 0:
         raise ConfigError(f"{key}={raw!r}: must be a positive number of seconds")
     return value
+
+
+def _count(env: dict[str, str], key: str, default: str) -> int:
+    raw = env.get(key, default)
+    if not raw.isdigit() or int(raw) > 16:
+        raise ConfigError(f"{key}={raw!r}: must be a whole number from 0 to 16")
+    return int(raw)

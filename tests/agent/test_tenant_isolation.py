@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from gpurental.agent.runtimes import network
+from gpurental.agent.runtimes import network, sandboxes
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.testing.agent_process import wait_for
@@ -117,6 +117,9 @@ def two_containers(agent, catalog, alice, bob, docker_client):
 
 def ip_of(container) -> str:
     container.reload()
+    if (sandbox := sandboxes.sandbox_of(container.attrs)) is not None:
+        # It joined a network sandbox (sandboxes.py): the address is the sandbox's.
+        container = container.client.containers.get(sandbox)
     return container.attrs["NetworkSettings"]["Networks"][network.NETWORK]["IPAddress"]
 
 

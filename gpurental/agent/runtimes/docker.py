@@ -8,6 +8,10 @@ created, orphans included.
 Hardening follows DESIGN.md: no privileges, no Docker socket, no-new-privileges,
 every capability dropped, CPU/memory/pids limits from the plan, JupyterLab's port
 published only on the spec's bind address, GPUs only by DeviceRequest.
+
+A container joins a network sandbox made ahead of time when one is idle (sandboxes.py):
+then the sandbox, on the tenant network, publishes the ports and the container has none
+of its own (``network_mode="container:<sandbox>"``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
-from . import network
+from . import network, sandboxes
 from .base import (
     LABEL_HOST,
     LABEL_INSTANCE,
@@ -91,8 +95,11 @@ def container_environment(spec: ContainerSpec) -> dict[str, str]:
     return env
 
 
-def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
-    """Arguments for ``containers.create``: the whole hardening policy in one place."""
+def create_kwargs(
+    spec: ContainerSpec, host_name: str = "", sandbox_id: str | None = None
+) -> dict[str, Any]:
+    """Arguments for ``containers.create``: the whole hardening policy in one place.
+    With ``sandbox_id`` the container joins that sandbox's network (sandboxes.py)."""
     mounts = [Mount(WORKSPACE, volume_name(spec.instance_id), type="volume")]
     if spec.hf_cache_dir:
         mounts.append(Mount(HF_CACHE_MOUNT, spec.hf_cache_dir, type="bind", read_only=True))
@@ -125,6 +132,12 @@ def create_kwargs(spec: ContainerSpec, host_name: str = "") -> dict[str, Any]:
             type="json-file", config={"max-size": LOG_MAX_SIZE, "max-file": str(LOG_MAX_FILES)}
         ),
     }
+    if sandbox_id is not None:
+        # The sandbox is on the tenant network and publishes the ports; its hostname is
+        # the container's too (the engine refuses one of the container's own here).
+        kwargs.update(
+            network_mode=f"container:{sandbox_id}", network=None, ports=None, hostname=None
+        )
     if spec.dedicated:
         kwargs.update(dedicated_kwargs(spec))
     return kwargs
@@ -191,6 +204,7 @@ class DockerRuntime:
         ready_timeout_s: float = 120.0,
         stop_timeout_s: int = 10,
         host_name: str = "",
+        sandbox_pool: int = 0,
     ) -> None:
         if client is None:
             with _engine_errors("connect"):
@@ -200,12 +214,19 @@ class DockerRuntime:
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.host_name = host_name
+        # Network sandboxes made ahead of launches, ``sandbox_pool`` idle per set of ports.
+        self.sandboxes = sandboxes.SandboxPool(client, size=sandbox_pool, host_name=host_name)
 
     def prepare_host(self) -> None:
         """The tenant network and its firewall (network.py); the agent calls it at start."""
         with _engine_errors("set up the tenant network"):
             network.ensure_network(self.client)
         network.ensure_firewall()
+        self.sandboxes.clear_leftovers()
+
+    def close(self) -> None:
+        """The agent is stopping: idle sandboxes go (instances keep theirs)."""
+        self.sandboxes.close()
 
     # --- images -----------------------------------------------------------
 
@@ -234,6 +255,13 @@ class DockerRuntime:
     # --- lifecycle ----------------------------------------------------------
 
     def start(self, spec: ContainerSpec, progress: Progress) -> Started:
+        try:
+            return self._start(spec, progress)
+        finally:
+            # Only now, with this launch over, does the pool make the next sandboxes.
+            self.sandboxes.replenish()
+
+    def _start(self, spec: ContainerSpec, progress: Progress) -> Started:
         container = self._find(spec.instance_id)
         if container is not None and self._kept_for(container, spec):
             container = self._start_kept(container, progress)
@@ -267,6 +295,8 @@ class DockerRuntime:
     def stop(self, instance_id: str, keep_container: bool = False) -> None:
         container = self._find(instance_id)
         if container is None:
+            if not keep_container:
+                self.sandboxes.remove_for(instance_id)  # left by a start that failed midway
             return
         if keep_container:
             # Parked (a group's warm replica): stopped, still created with its image,
@@ -289,6 +319,8 @@ class DockerRuntime:
         with _engine_errors("list instances"):
             containers = self.client.containers.list(all=True, filters=managed)
             volumes = self.client.volumes.list(filters=managed)
+            with_container = {c.labels.get(LABEL_INSTANCE) for c in containers}
+            self.sandboxes.collect_orphans(lambda instance_id: instance_id in with_container)
         states = {(vol.attrs.get("Labels") or {}).get(LABEL_INSTANCE): "stopped" for vol in volumes}
         states.update({c.labels.get(LABEL_INSTANCE): c.status for c in containers})
         states.pop(None, None)
@@ -341,6 +373,8 @@ class DockerRuntime:
         progress("starting the kept container (no image or creation step)")
         try:
             with _engine_errors(f"start container {container.name}"):
+                if (sandbox_id := sandboxes.sandbox_of(container.attrs)) is not None:
+                    self.client.api.start(sandbox_id)  # after a reboot it is stopped too
                 container.start()
                 container.reload()
         except RuntimeFailure as exc:
@@ -352,12 +386,9 @@ class DockerRuntime:
     def _ensure_volume(self, instance_id: str) -> None:
         name = volume_name(instance_id)
         with _engine_errors(f"create volume {name}"):
-            try:
-                self.client.volumes.get(name)
-            except docker.errors.NotFound:
-                self.client.volumes.create(
-                    name, labels=instance_labels(instance_id, self.host_name)
-                )
+            # One call: the engine answers with the volume that exists, labels and files
+            # as they are, or makes it.
+            self.client.volumes.create(name, labels=instance_labels(instance_id, self.host_name))
 
     def _create_and_start(self, spec: ContainerSpec, progress: Progress) -> Container:
         if spec.hf_cache_dir and not os.path.isdir(spec.hf_cache_dir):
@@ -366,14 +397,26 @@ class DockerRuntime:
                 "create it or unset the host's model cache setting"
             )
         self._ensure_volume(spec.instance_id)
+        progress(f"creating container from {spec.image}")
+        sandbox = self.sandboxes.claim(spec)
+        if sandbox is not None:
+            try:
+                return self._create_and_start_in(spec, sandbox.id)
+            except RuntimeFailure as exc:  # the container and the sandbox are gone
+                progress(f"info: the network sandbox failed ({exc}); making the container's own")
         with _engine_errors("set up the tenant network"):
             network.ensure_network(self.client)
-        progress(f"creating container from {spec.image}")
+        return self._create_and_start_in(spec, None)
+
+    def _create_and_start_in(self, spec: ContainerSpec, sandbox_id: str | None) -> Container:
         with _engine_errors(f"create the container of instance {spec.instance_id}"):
             try:
-                container = self.client.containers.create(**create_kwargs(spec, self.host_name))
+                container = self.client.containers.create(
+                    **create_kwargs(spec, self.host_name, sandbox_id)
+                )
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:
+                    self.sandboxes.remove_for(spec.instance_id)
                     raise
                 # Another start of the same instance won the race; use its container.
                 container = self.client.containers.get(container_name(spec.instance_id))
@@ -394,7 +437,12 @@ class DockerRuntime:
         """Read back the host ports Docker picked, JupyterLab's and the others."""
         with _engine_errors("inspect the container"):
             container.reload()
-        published = container.attrs["NetworkSettings"]["Ports"] or {}
+            if (sandbox_id := sandboxes.sandbox_of(container.attrs)) is not None:
+                # The sandbox publishes the ports of the network the container joined.
+                published = self.client.api.inspect_container(sandbox_id)["NetworkSettings"]
+            else:
+                published = container.attrs["NetworkSettings"]
+        published = published["Ports"] or {}
         if spec.host_network:  # the host's own stack: each port is itself on the host
             published = {f"{p}/tcp": [{"HostPort": str(p)}] for p in spec.published_ports}
         ports = {}
@@ -426,7 +474,8 @@ class DockerRuntime:
                 return ""
 
     def _remove_container(self, container: Container) -> None:
-        """Stop gracefully (JupyterLab saves and shuts kernels down), then remove."""
+        """Stop gracefully (JupyterLab saves and shuts kernels down), then remove; its
+        network sandbox, if it joined one, goes with it."""
         with _engine_errors(f"remove container {container.name}"):
             try:
                 # (Stopping a container that is not running is a harmless no-op.)
@@ -434,3 +483,5 @@ class DockerRuntime:
                 container.remove(force=True)
             except docker.errors.NotFound:
                 pass
+        if (instance_id := container.labels.get(LABEL_INSTANCE)) is not None:
+            self.sandboxes.remove_for(instance_id)
