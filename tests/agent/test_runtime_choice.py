@@ -49,3 +49,14 @@ def test_the_agent_exits_with_the_reason(tmp_path, no_docker, monkeypatch, capsy
     monkeypatch.setenv("GPURENTAL_GPU_SOURCE", "simulated")
     assert agent_main.main([]) == 2
     assert "runs customer code only in Docker" in capsys.readouterr().err
+
+
+def test_the_network_sandbox_pool_is_two_unless_set(tmp_path):
+    assert config(tmp_path).net_pool == 2
+    assert config(tmp_path, GPURENTAL_NET_POOL="0").net_pool == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "17", ""])
+def test_a_bad_network_sandbox_pool_is_refused_naming_the_variable(tmp_path, value):
+    with pytest.raises(ConfigError, match="GPURENTAL_NET_POOL=.*whole number from 0 to 16"):
+        config(tmp_path, GPURENTAL_NET_POOL=value)
