@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
 from gpurental.api.serializers import CurrencyField, _amount, _image_named
@@ -86,10 +87,19 @@ class LeaseSerializer(serializers.ModelSerializer):
         return str(instance.pk) if instance else None
 
 
+class _SlugField(serializers.SlugRelatedField):
+    """By slug; a NUL character is refused here, as DRF's CharField does, before the query
+    (PostgreSQL refuses one in a text parameter: it would be a 500)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and "\x00" in data:
+            validator = ProhibitNullCharactersValidator()
+            raise serializers.ValidationError(validator.message, code=validator.code)
+        return super().to_internal_value(data)
+
+
 class LeaseCreateSerializer(serializers.Serializer):
-    plan = serializers.SlugRelatedField(
-        slug_field="slug", queryset=DedicatedPlan.objects.filter(is_active=True)
-    )
+    plan = _SlugField(slug_field="slug", queryset=DedicatedPlan.objects.filter(is_active=True))
     start = AwareDateTimeField(
         required=False, help_text="Omit to start now (on-demand rate); later = reserved rate"
     )

@@ -83,6 +83,9 @@ def test_bad_input_is_a_400_naming_the_field(as_alice, whole_host_plan, node):
     assert_error(as_alice.post(URL, naive), 400, "invalid", field="end")
     past = {"plan": "h100-host", "start": "2020-01-01T00:00Z", "end": "2020-01-01T05:00Z"}
     assert_error(as_alice.post(URL, past), 400, "invalid", field="start")
+    # A NUL byte never reaches PostgreSQL (which would refuse the query: a 500).
+    nul = {"plan": "h100\x00host", "end": "2030-01-01T00:00Z"}
+    assert_error(as_alice.post(URL, nul, format="json"), 400, "invalid", field="plan")
 
 
 def test_no_free_host_is_a_409(as_alice, as_bob, whole_host_plan, node):
