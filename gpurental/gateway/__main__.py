@@ -12,6 +12,10 @@ import os
 
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpurental.settings")
+    # Route look-ups run on the event loop's few worker threads, for the process's whole
+    # life: each keeps its database connection (checked before reuse) instead of opening
+    # one per look-up (~4 ms on loopback, on the path of every first request to an origin).
+    os.environ.setdefault("DATABASE_CONN_MAX_AGE", "300")
     import django
 
     django.setup()
