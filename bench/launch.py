@@ -19,13 +19,17 @@ answers 200 on its published port. The paths:
 - ``service``: ``instance_launch`` in-process, then ``wait_for_status`` (the instance's Redis
   state channel, what the long-poll waits on) for ``running``, then ``tickets.connect``
   (what the console's Open JupyterLab does);
-- ``rest``: ``POST /api/v1/instances/``, ``GET …/{id}/?wait_for=running&timeout=60``, then
-  ``POST …/{id}/connect/``;
+- ``rest``: ``POST /api/v1/instances/``, then ``POST …/{id}/connect/?wait_for=running&timeout=60``
+  (the link the moment it runs, in one request);
 - ``sdk``: the article's snippet as written (``Client(...).create_instance(...)``, then
   ``instance.connect()``, which waits for ``running`` and returns the link).
 
 The direct run waits with the agent's own readiness check (``wait_for_jupyter``: same
-probes, same schedule). Prints, per path, p50 of each side and the median of the
+probes, same schedule). The agent keeps network sandboxes ready (runtimes/sandboxes.py,
+``GPURENTAL_NET_POOL``, 2 by default; ``--net-pool 0`` runs without them) and refills
+its pool after each launch; the bench
+waits for that pool to be full again after each platform launch, so that neither side of
+a pair runs beside the pool's work. Prints, per path, p50 of each side and the median of the
 per-pair ratios platform/direct, and where the platform's time goes (from the
 instance's events), and how long the link took to become a JupyterLab answer.
 """
@@ -63,7 +67,7 @@ PATHS = ("service", "rest", "sdk")
 class Platform:
     """The platform under test: Daphne, a control worker and an agent on the bench's servers."""
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, net_pool: int = 2):
         from django.conf import settings
 
         from gpurental.accounts.services import api_key_create
@@ -73,6 +77,7 @@ class Platform:
         from gpurental.testing.agent_process import AgentProcess
 
         self.work = work
+        self.net_pool = net_pool
         self.procs: list[subprocess.Popen] = []
         self.model = a10g_model()
         # The article's framework; on a host without NVIDIA GPUs it runs the CPU image.
@@ -100,6 +105,7 @@ class Platform:
             token=token,
             log_path=work / "agent.log",
             GPURENTAL_HF_CACHE_DIR=str(self.hf_cache),
+            GPURENTAL_NET_POOL=str(net_pool),
         )
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -212,16 +218,11 @@ class Platform:
         )
         check(answer.status_code == 201, f"launch answered {answer.status_code}: {answer.text}")
         instance_id = answer.json()["id"]
-        answer = requests.get(
-            f"{self.base_url}/api/v1/instances/{instance_id}/",
+        answer = requests.post(
+            f"{self.base_url}/api/v1/instances/{instance_id}/connect/",
             params={"wait_for": "running", "timeout": "60"},
             headers=headers,
             timeout=90,
-        )
-        body = answer.json()
-        check(body.get("status") == "running", f"instance {instance_id}: {body}")
-        answer = requests.post(
-            f"{self.base_url}/api/v1/instances/{instance_id}/connect/", headers=headers, timeout=30
         )
         check(answer.status_code == 201, f"connect answered {answer.status_code}: {answer.text}")
         return answer.json()["url"], instance_id
@@ -259,6 +260,22 @@ class Platform:
         lifecycle.instance_terminate(instance=Instance.objects.get(pk=instance_id), actor=self.user)
         terminated = Instance.objects.filter(pk=instance_id, status="terminated")
         wait_for(terminated.exists, 60, "terminated", self.agent)
+        wait_for(self._pool_full, 60, "the agent's network sandboxes to be ready again", self.agent)
+
+    def _pool_full(self) -> bool:
+        """The agent's idle network sandboxes, running, as many as it keeps."""
+        import docker
+
+        from gpurental.agent.runtimes.base import LABEL_HOST
+        from gpurental.agent.runtimes.sandboxes import LABEL_SANDBOX, POOL_PREFIX
+
+        labels = {"label": [LABEL_SANDBOX, f"{LABEL_HOST}={self.host.name}"], "status": "running"}
+        client = docker.from_env()
+        try:
+            listed = client.containers.list(filters=labels)
+        finally:
+            client.close()
+        return len([c for c in listed if c.name.startswith(POOL_PREFIX)]) >= self.net_pool
 
 
 class ConsoleWatcher(threading.Thread):
@@ -474,6 +491,12 @@ def main() -> int:
     parser.add_argument(
         "--smoke", action="store_true", help="a small size for CI: checks it runs and is sane"
     )
+    parser.add_argument(
+        "--net-pool",
+        type=int,
+        default=2,
+        help="the agent's GPURENTAL_NET_POOL (default 2, its default; 0: no network sandboxes)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.pairs = 1
@@ -485,9 +508,9 @@ def main() -> int:
         setup_django(work / "var", **gateway_env())
         print(
             f"launch benchmark: {args.pairs} interleaved pairs per path (+1 warm-up each), "
-            f"image {IMAGE}, {os.cpu_count()} CPUs"
+            f"image {IMAGE}, {os.cpu_count()} CPUs, agent's network sandboxes: {args.net_pool}"
         )
-        platform = Platform(work)
+        platform = Platform(work, net_pool=args.net_pool)
         platform.start()
         results = run_pairs(platform, args.pairs)
     finally:
