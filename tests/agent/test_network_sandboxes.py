@@ -111,6 +111,9 @@ def test_a_sandbox_is_hardened_and_only_sleeps(runtime, make_spec):
     assert host["ReadonlyRootfs"] is True
     assert host["PidsLimit"] == 8
     assert attrs["Config"]["Entrypoint"] == ["sleep", "infinity"]
+    # It keeps nothing: a stop (the engine's own shutdown too) kills it at once rather than
+    # wait out the timeout that sleep, as PID 1, would make it take.
+    assert attrs["Config"]["StopSignal"] == "SIGKILL"
     assert not attrs["Config"]["Env"] or not any(
         e.startswith("JUPYTER_TOKEN") for e in attrs["Config"]["Env"]
     )
@@ -163,6 +166,13 @@ def test_a_dead_sandbox_falls_back_to_the_containers_own_network(runtime, make_s
     assert container["HostConfig"]["NetworkMode"] == network.NETWORK
     assert not exists(runtime, sandboxes.sandbox_name(spec.instance_id))
     assert jupyter_status(started, spec.token) == 200
+    # The pool was emptied (after an engine restart every idle sandbox is dead) and made
+    # again: the next start joins a live one.
+    assert not exists(runtime, idle.id)
+    wait_for(lambda: runtime.sandboxes.idle_count() == 1, 60, "the pool made again")
+    again = make_spec()
+    start(runtime, again)
+    assert exists(runtime, sandboxes.sandbox_name(again.instance_id))
 
 
 def test_idle_sandboxes_go_with_the_runtime_and_leftovers_at_the_next_start(

@@ -404,6 +404,7 @@ class DockerRuntime:
                 return self._create_and_start_in(spec, sandbox.id)
             except RuntimeFailure as exc:  # the container and the sandbox are gone
                 progress(f"info: the network sandbox failed ({exc}); making the container's own")
+                self.sandboxes.flush()  # the others are likely dead too (an engine restart)
         with _engine_errors("set up the tenant network"):
             network.ensure_network(self.client)
         return self._create_and_start_in(spec, None)

@@ -20,8 +20,11 @@ network directly, as before. The sandbox goes with its instance's container; idl
 when the agent stops, and leftovers of an earlier agent go when the pool starts.
 
 A sandbox runs the instance's own image (it is on the host by then), as its image's user,
-with its entrypoint replaced by ``sleep infinity``: no capabilities, no new privileges, a
-read-only root, 8 processes and 32 MiB at most. An image without ``sleep`` gets no pool.
+with its entrypoint replaced by ``sleep infinity`` (stopped with SIGKILL: it keeps
+nothing): no capabilities, no new privileges, a read-only root, 8 processes and 32 MiB at
+most. An image without ``sleep`` gets no pool. A start whose sandbox fails (the engine
+restarted and stopped the pool's sandboxes, say) empties the pool, which the filler then
+makes again, and sets up its container's own network.
 """
 
 from __future__ import annotations
@@ -118,6 +121,15 @@ class SandboxPool:
         self._ensure_filler()
         self._wake.set()
 
+    def flush(self) -> None:
+        """Drop every idle sandbox (one failed: after an engine restart all are stopped)."""
+        with self._lock:
+            idle = [s for sandboxes in self._idle.values() for s in sandboxes]
+            for sandboxes in self._idle.values():
+                sandboxes.clear()
+        for sandbox in idle:
+            self._remove_quietly(sandbox.id)
+
     def remove_for(self, instance_id: str) -> None:
         """The instance's sandbox goes (its container has gone)."""
         name = sandbox_name(instance_id)
@@ -180,6 +192,9 @@ class SandboxPool:
                 image=image,
                 entrypoint=["sleep", "infinity"],
                 command=[],
+                # sleep as PID 1 ignores SIGTERM: a stop (the engine's own shutdown too)
+                # would wait out its timeout. A sandbox keeps nothing: kill it at once.
+                stop_signal="SIGKILL",
                 name=f"{POOL_PREFIX}{uuid.uuid4().hex[:12]}",
                 hostname="gpurental",
                 labels=labels,
@@ -249,11 +264,7 @@ class SandboxPool:
         self._wake.set()
         if self._filler is not None:
             self._filler.join(timeout=30)
-        with self._lock:
-            idle = [s for sandboxes in self._idle.values() for s in sandboxes]
-            self._idle.clear()
-        for sandbox in idle:
-            self._remove_quietly(sandbox.id)
+        self.flush()
 
     def idle_count(self) -> int:
         with self._lock:
