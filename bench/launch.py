@@ -353,6 +353,9 @@ def answer_with_token(url: str) -> None:
         time.sleep(0.01)
 
 
+DIRECT_STARTS: list[float] = []  # seconds each direct ``docker run`` took to create and start
+
+
 def direct_run(client) -> float:
     """``docker run`` of the same image and limits, waited for with the agent's own check."""
     from gpurental.agent.runtimes.base import wait_for_jupyter
@@ -374,6 +377,7 @@ def direct_run(client) -> float:
     try:
         container.reload()
         port = int(container.attrs["NetworkSettings"]["Ports"]["8888/tcp"][0]["HostPort"])
+        DIRECT_STARTS.append(time.perf_counter() - started)
         wait_for_jupyter("127.0.0.1", port, token, 60)
         answer_with_token(f"http://127.0.0.1:{port}/lab?token={token}")
         return time.perf_counter() - started
@@ -410,6 +414,7 @@ def run_pairs(platform: Platform, pairs: int) -> dict[str, dict]:
         platform.terminate(platform.launch(path)[1])
     direct_run(client)
     platform.console_delays.clear()
+    DIRECT_STARTS.clear()
     for round_ in range(pairs):
         for n, path in enumerate(PATHS):
             platform_first = (round_ + n) % 2 == 0  # alternate which side goes first
@@ -455,10 +460,22 @@ def report(results: dict[str, dict], pairs: int, console_delays: list[float]) ->
             f"{n} {statistics.median([s[n] for s in r['steps'] if n in s]):.3f}" for n in names
         )
         print(f"  {path:8} {line}")
+    starts = [
+        s["waiting_for_jupyter"] - s["creating"]
+        for r in results.values()
+        for s in r["steps"]
+        if "creating" in s and "waiting_for_jupyter" in s
+    ]
+    if starts and DIRECT_STARTS:
+        print(
+            f"  the container's create and start (median): platform {statistics.median(starts):.3f}"
+            f" (`creating` → `waiting_for_jupyter`), direct {statistics.median(DIRECT_STARTS):.3f}"
+            " (`docker run` and its inspect)"
+        )
     print()
     print(
         "`running` in the database → the caller has its link (median, max seconds; "
-        "REST and SDK: the wait's answer, then the connect request):"
+        "REST: connect's wait_for=running answer; SDK: instance.connect()):"
     )
     for path, r in results.items():
         print(f"  {path:8} {statistics.median(r['heard']):.3f}  {max(r['heard']):.3f}")
