@@ -139,6 +139,6 @@ def _positive(env: dict[str, str], key: str, default: str) -> float:
 
 def _count(env: dict[str, str], key: str, default: str) -> int:
     raw = env.get(key, default)
-    if not raw.isdigit() or int(raw) > 16:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 16:
         raise ConfigError(f"{key}={raw!r}: must be a whole number from 0 to 16")
     return int(raw)

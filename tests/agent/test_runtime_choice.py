@@ -56,7 +56,7 @@ def test_the_network_sandbox_pool_is_two_unless_set(tmp_path):
     assert config(tmp_path, GPURENTAL_NET_POOL="0").net_pool == 0
 
 
-@pytest.mark.parametrize("value", ["-1", "two", "17", ""])
+@pytest.mark.parametrize("value", ["-1", "two", "17", "", "²"])
 def test_a_bad_network_sandbox_pool_is_refused_naming_the_variable(tmp_path, value):
     with pytest.raises(ConfigError, match="GPURENTAL_NET_POOL=.*whole number from 0 to 16"):
         config(tmp_path, GPURENTAL_NET_POOL=value)

@@ -319,8 +319,7 @@ class DockerRuntime:
         with _engine_errors("list instances"):
             containers = self.client.containers.list(all=True, filters=managed)
             volumes = self.client.volumes.list(filters=managed)
-            with_container = {c.labels.get(LABEL_INSTANCE) for c in containers}
-            self.sandboxes.collect_orphans(lambda instance_id: instance_id in with_container)
+            self.sandboxes.collect_orphans({sandboxes.sandbox_of(c.attrs) for c in containers})
         states = {(vol.attrs.get("Labels") or {}).get(LABEL_INSTANCE): "stopped" for vol in volumes}
         states.update({c.labels.get(LABEL_INSTANCE): c.status for c in containers})
         states.pop(None, None)
@@ -403,6 +402,8 @@ class DockerRuntime:
             try:
                 return self._create_and_start_in(spec, sandbox.id)
             except RuntimeFailure as exc:  # the container and the sandbox are gone
+                if not sandboxes.failed_on_the_sandbox(str(exc)):
+                    raise  # the container's own failure: it would fail the same without
                 progress(f"info: the network sandbox failed ({exc}); making the container's own")
                 self.sandboxes.flush()  # the others are likely dead too (an engine restart)
         with _engine_errors("set up the tenant network"):
@@ -421,6 +422,8 @@ class DockerRuntime:
                     raise
                 # Another start of the same instance won the race; use its container.
                 container = self.client.containers.get(container_name(spec.instance_id))
+                if sandbox_id is not None and sandboxes.sandbox_of(container.attrs) != sandbox_id:
+                    self.sandboxes.remove_quietly(sandbox_id)  # claimed here, joined by none
         try:
             with _engine_errors(f"start the container of instance {spec.instance_id}"):
                 container.start()
@@ -481,7 +484,8 @@ class DockerRuntime:
             try:
                 # (Stopping a container that is not running is a harmless no-op.)
                 container.stop(timeout=self.stop_timeout_s)
-                container.remove(force=True)
+                # v: the image's anonymous volumes go too (/workspace is a named one: kept).
+                container.remove(force=True, v=True)
             except docker.errors.NotFound:
                 pass
         if (instance_id := container.labels.get(LABEL_INSTANCE)) is not None:

@@ -35,7 +35,6 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 
 import docker.errors
 
@@ -66,6 +65,16 @@ def sandbox_of(attrs: dict) -> str | None:
     """The id of the sandbox whose network a container joined, from its inspect data."""
     mode = (attrs.get("HostConfig") or {}).get("NetworkMode") or ""
     return mode.removeprefix("container:") if mode.startswith("container:") else None
+
+
+# How the engine refuses a container whose sandbox is stopped or gone (Docker 20.10 – 28).
+_SANDBOX_REFUSALS = ("cannot join network of a non running container", "no such container")
+
+
+def failed_on_the_sandbox(message: str) -> bool:
+    """Whether the engine refused a start because of its sandbox, not the container."""
+    lowered = message.lower()
+    return any(refusal in lowered for refusal in _SANDBOX_REFUSALS)
 
 
 def _label(key: Key) -> str:
@@ -104,14 +113,16 @@ class SandboxPool:
         if sandbox is None:
             return None
         name = sandbox_name(spec.instance_id)
+        with self._lock:  # before the rename: a heartbeat's collect_orphans spares it
+            self._claimed_at[name] = time.monotonic()
         try:
             sandbox.rename(name)
         except docker.errors.APIError as exc:
             log.warning("could not claim sandbox %s for %s: %s", sandbox.name, name, exc)
-            self._remove_quietly(sandbox.id)
+            with self._lock:
+                self._claimed_at.pop(name, None)
+            self.remove_quietly(sandbox.id)
             return None
-        with self._lock:
-            self._claimed_at[name] = time.monotonic()
         return sandbox
 
     def replenish(self) -> None:
@@ -128,14 +139,14 @@ class SandboxPool:
             for sandboxes in self._idle.values():
                 sandboxes.clear()
         for sandbox in idle:
-            self._remove_quietly(sandbox.id)
+            self.remove_quietly(sandbox.id)
 
     def remove_for(self, instance_id: str) -> None:
         """The instance's sandbox goes (its container has gone)."""
         name = sandbox_name(instance_id)
         with self._lock:
             self._claimed_at.pop(name, None)
-        self._remove_quietly(name)
+        self.remove_quietly(name)
 
     # --- the filler -------------------------------------------------------------
 
@@ -160,7 +171,7 @@ class SandboxPool:
                         self._idle[key].append(sandbox)
                         sandbox = None
                 if sandbox is not None:  # the key was dropped (or the pool closed) meanwhile
-                    self._remove_quietly(sandbox.id)
+                    self.remove_quietly(sandbox.id)
 
     def _short_key(self) -> Key | None:
         """A key whose pool is short of ``size``; keys beyond the newest MAX_KEYS are dropped."""
@@ -178,7 +189,7 @@ class SandboxPool:
                 None,
             )
         for sandbox in dropped:
-            self._remove_quietly(sandbox.id)
+            self.remove_quietly(sandbox.id)
         return short
 
     def _make(self, key: Key):
@@ -198,7 +209,11 @@ class SandboxPool:
                 name=f"{POOL_PREFIX}{uuid.uuid4().hex[:12]}",
                 hostname="gpurental",
                 labels=labels,
-                environment={},
+                # Never any GPU (a CUDA image says NVIDIA_VISIBLE_DEVICES=all, which an
+                # engine whose default runtime is nvidia would honour), no health check.
+                environment={"NVIDIA_VISIBLE_DEVICES": "void"},
+                device_requests=[],
+                healthcheck={"test": ["NONE"]},
                 network=network.NETWORK,
                 ports={f"{port}/tcp": (bind,) for port in ports},
                 cap_drop=["ALL"],
@@ -211,12 +226,14 @@ class SandboxPool:
             )
             sandbox.start()
             sandbox.reload()
+            if sandbox.status != "running":  # its sleep refused "infinity", say
+                raise docker.errors.DockerException(f"it {sandbox.status} at once")
         except (docker.errors.DockerException, OSError) as exc:
             log.warning("no sandbox for %s (%s); its launches set up their own network", key, exc)
             with self._lock:
                 self._failed[key] = time.monotonic() + FAILED_KEY_BACKOFF_S
             if sandbox is not None:
-                self._remove_quietly(sandbox.id)
+                self.remove_quietly(sandbox.id)
             return None
         self.made += 1
         return sandbox
@@ -240,23 +257,23 @@ class SandboxPool:
         with contextlib.suppress(docker.errors.DockerException, OSError):
             for sandbox in self._listed():
                 if sandbox.name.startswith(POOL_PREFIX):
-                    self._remove_quietly(sandbox.id)
+                    self.remove_quietly(sandbox.id)
 
-    def collect_orphans(self, instance_exists: Callable[[str], bool]) -> None:
-        """Claimed sandboxes whose instance's container is gone (a crash between the
-        claim and the container's creation) go once they are ORPHAN_AGE_S old."""
+    def collect_orphans(self, joined: set[str]) -> None:
+        """Claimed sandboxes that no container joined (``joined``: the sandbox ids the
+        instance containers use) go once their claim is ORPHAN_AGE_S old: a crash between
+        the claim and the container's creation, or a start that ended on a container of
+        its own. Removed by id: the name may meanwhile be a newer claim's."""
         now = time.monotonic()
         for sandbox in self._listed():
-            if not sandbox.name.startswith(CLAIMED_PREFIX):
+            if not sandbox.name.startswith(CLAIMED_PREFIX) or sandbox.id in joined:
                 continue
             with self._lock:
                 claimed = self._claimed_at.get(sandbox.name)
             if claimed is not None and now - claimed < ORPHAN_AGE_S:
                 continue
-            instance_id = sandbox.name.removeprefix(CLAIMED_PREFIX)
-            if not instance_exists(instance_id):
-                log.info("removing sandbox %s: its instance's container is gone", sandbox.name)
-                self.remove_for(instance_id)
+            log.info("removing sandbox %s: no instance's container joined it", sandbox.name)
+            self.remove_quietly(sandbox.id)
 
     def close(self) -> None:
         """Stop filling and remove the idle sandboxes (claimed ones stay with their instances)."""
@@ -270,9 +287,9 @@ class SandboxPool:
         with self._lock:
             return sum(len(idle) for idle in self._idle.values())
 
-    def _remove_quietly(self, name_or_id: str) -> None:
+    def remove_quietly(self, name_or_id: str) -> None:
         try:
-            self.client.api.remove_container(name_or_id, force=True)
+            self.client.api.remove_container(name_or_id, force=True, v=True)
         except docker.errors.NotFound:
             pass
         except (docker.errors.DockerException, OSError) as exc:
