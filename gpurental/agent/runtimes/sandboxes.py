@@ -48,7 +48,8 @@ POOL_PREFIX = "gpurental-pool-"
 CLAIMED_PREFIX = "gpurental-net-"
 MAX_KEYS = 4  # sets of ports kept warm at once: the most recently launched
 FAILED_KEY_BACKOFF_S = 300.0  # an image whose sandbox would not start is not tried again soon
-ORPHAN_AGE_S = 120.0  # a claimed sandbox without its instance's container, this old, goes
+ORPHAN_AGE_S = 120.0  # a claimed sandbox no container joined, this old, goes
+SETTLE_S = 1.0  # a new sandbox must still run this long after its start to be pooled
 
 Key = tuple[str, tuple[int, ...], str]
 
@@ -225,9 +226,12 @@ class SandboxPool:
                 nano_cpus=100_000_000,
             )
             sandbox.start()
+            # Still running a moment later? (Its sleep may refuse "infinity", say.) The
+            # filler works between launches, so the wait costs no launch anything.
+            self._closed.wait(SETTLE_S)
             sandbox.reload()
-            if sandbox.status != "running":  # its sleep refused "infinity", say
-                raise docker.errors.DockerException(f"it {sandbox.status} at once")
+            if sandbox.status != "running":
+                raise docker.errors.DockerException(f"it {sandbox.status} right after its start")
         except (docker.errors.DockerException, OSError) as exc:
             log.warning("no sandbox for %s (%s); its launches set up their own network", key, exc)
             with self._lock:
