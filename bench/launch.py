@@ -25,7 +25,8 @@ answers 200 on its published port. The paths:
   ``instance.connect()``, which waits for ``running`` and returns the link).
 
 The direct run waits with the agent's own readiness check (``wait_for_jupyter``: same
-probes, same schedule). The agent keeps network sandboxes ready (runtimes/sandboxes.py,
+probes, same schedule); for the SDK path it also gets the model cache mount and variables
+the snippet's ``model_repo="huggingface"`` gives the platform's container. The agent keeps network sandboxes ready (runtimes/sandboxes.py,
 ``GPURENTAL_NET_POOL``, 2 by default; ``--net-pool 0`` runs without them) and refills
 its pool after each launch; the bench
 waits for that pool to be full again after each platform launch, so that neither side of
@@ -356,16 +357,28 @@ def answer_with_token(url: str) -> None:
 DIRECT_STARTS: list[float] = []  # seconds each direct ``docker run`` took to create and start
 
 
-def direct_run(client) -> float:
-    """``docker run`` of the same image and limits, waited for with the agent's own check."""
+def direct_run(client, hf_cache: Path | None = None) -> float:
+    """``docker run`` of the same image and limits, waited for with the agent's own check.
+    With ``hf_cache`` (the SDK's pairs: its snippet asks for ``model_repo="huggingface"``),
+    the same environment the platform's container gets for that: the host's cache mounted
+    read-only, ``HF_HOME`` and the variable that makes the image's entrypoint seed it."""
+    from docker.types import Mount
+
     from gpurental.agent.runtimes.base import wait_for_jupyter
+    from gpurental.agent.runtimes.docker import HF_CACHE_MOUNT, HF_HOME
 
     token = uuid.uuid4().hex
     started = time.perf_counter()
     container = client.containers.run(
         IMAGE,
         detach=True,
-        environment={"JUPYTER_TOKEN": token},
+        environment={
+            "JUPYTER_TOKEN": token,
+            **({"HF_HOME": HF_HOME, "GPURENTAL_HF_SHARED": HF_CACHE_MOUNT} if hf_cache else {}),
+        },
+        mounts=[Mount(HF_CACHE_MOUNT, str(hf_cache), type="bind", read_only=True)]
+        if hf_cache
+        else [],
         ports={"8888/tcp": ("127.0.0.1",)},
         nano_cpus=1_000_000_000,
         mem_limit="1024m",
@@ -418,11 +431,13 @@ def run_pairs(platform: Platform, pairs: int) -> dict[str, dict]:
     for round_ in range(pairs):
         for n, path in enumerate(PATHS):
             platform_first = (round_ + n) % 2 == 0  # alternate which side goes first
+            # The SDK snippet mounts the model cache: so does its direct run.
+            hf_cache = platform.hf_cache if path == "sdk" else None
             if not platform_first:
-                direct = direct_run(client)
+                direct = direct_run(client, hf_cache)
             elapsed, instance_id, learned_at, entered = platform.launch(path)
             if platform_first:
-                direct = direct_run(client)
+                direct = direct_run(client, hf_cache)
             result = results[path]
             result["platform"].append(elapsed)
             result["direct"].append(direct)
