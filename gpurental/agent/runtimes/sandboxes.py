@@ -97,7 +97,7 @@ class SandboxPool:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._filler: threading.Thread | None = None
-        self.made = 0  # sandboxes made by this pool (for tests and the bench)
+        self.made = 0  # sandboxes made by this pool (the tests read it)
 
     # --- a start ------------------------------------------------------------
 
