@@ -171,7 +171,7 @@ class Stack:
 
         client = docker.from_env()
         mine = {"label": f"{LABEL_HOST}={self.host.name}"}
-        for container in client.containers.list(all=True, filters=mine):
+        for container in client.containers.list(all=True, filters=mine, ignore_removed=True):
             container.remove(force=True)
         for volume in client.volumes.list(filters=mine):
             volume.remove(force=True)

@@ -273,7 +273,7 @@ class Platform:
         labels = {"label": [LABEL_SANDBOX, f"{LABEL_HOST}={self.host.name}"], "status": "running"}
         client = docker.from_env()
         try:
-            listed = client.containers.list(filters=labels)
+            listed = client.containers.list(filters=labels, ignore_removed=True)
         finally:
             client.close()
         return len([c for c in listed if c.name.startswith(POOL_PREFIX)]) >= self.net_pool

@@ -83,7 +83,7 @@ def remove_leftovers(docker_client, host_name: str) -> None:
     from gpurental.agent.runtimes.base import LABEL_HOST
 
     mine = {"label": f"{LABEL_HOST}={host_name}"}
-    for container in docker_client.containers.list(all=True, filters=mine):
+    for container in docker_client.containers.list(all=True, filters=mine, ignore_removed=True):
         container.remove(force=True)
     for volume in docker_client.volumes.list(filters=mine):
         volume.remove(force=True)

@@ -123,7 +123,10 @@ def test_a_cpu_host_reaching_nominal_becomes_active(
     assert host in schedulable_hosts(now=timezone.now())
     # Nothing left behind on the engine.
     client = docker_runtime_for_acceptance.client
-    assert client.containers.list(all=True, filters={"label": "gpurental.batch"}) == []
+    assert (
+        client.containers.list(all=True, filters={"label": "gpurental.batch"}, ignore_removed=True)
+        == []
+    )
 
 
 def test_a_cpu_host_below_nominal_is_held_back_naming_the_figure(

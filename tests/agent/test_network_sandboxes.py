@@ -4,6 +4,7 @@ the sandbox publishes, stays isolated on the tenant network, and its sandbox goe
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import uuid
@@ -11,6 +12,7 @@ import uuid
 import docker.errors
 import pytest
 import requests
+from docker.models.containers import ContainerCollection
 
 from gpurental.agent.runtimes import network, sandboxes
 from gpurental.agent.runtimes.base import ignore_progress
@@ -41,7 +43,7 @@ def runtime(docker_runtime):
 
 def sandboxes_of(runtime) -> list:
     label = {"label": [sandboxes.LABEL_SANDBOX, f"gpurental.host={runtime.host_name}"]}
-    return runtime.client.containers.list(all=True, filters=label)
+    return runtime.client.containers.list(all=True, filters=label, ignore_removed=True)
 
 
 def start(runtime, spec, progress=ignore_progress):
@@ -200,6 +202,31 @@ def test_a_claimed_sandbox_whose_instance_never_came_is_collected(runtime, make_
     monkeypatch.setattr(sandboxes, "ORPHAN_AGE_S", 0.0)
     runtime.list_instances()
     assert not exists(runtime, sandboxes.sandbox_name(spec.instance_id))
+
+
+def test_a_container_removed_between_the_list_and_its_inspect_is_not_a_failed_heartbeat(
+    runtime, make_spec, monkeypatch
+):
+    """The engine lists ids, then the SDK inspects each: a stop or the filler removing one in
+    between (CI saw it: 'No such container') must leave the heartbeat's listing whole."""
+    warm(runtime, make_spec())
+    kept = make_spec()
+    start(runtime, kept)
+    wait_for(lambda: runtime.sandboxes.idle_count() == 1, 60, "the pool refilled")
+    [idle] = [s for s in sandboxes_of(runtime) if s.name.startswith(sandboxes.POOL_PREFIX)]
+    real_get = ContainerCollection.get
+
+    def get_after_a_removal(collection, container_id):
+        if container_id == idle.id:
+            with contextlib.suppress(docker.errors.NotFound):  # gone in between
+                runtime.client.api.remove_container(idle.id, force=True)
+        return real_get(collection, container_id)
+
+    # (client.containers is a new collection at each use: the class is where list finds get)
+    monkeypatch.setattr(ContainerCollection, "get", get_after_a_removal)
+    states = runtime.list_instances()
+    assert states[kept.instance_id] == "running"
+    assert not exists(runtime, idle.id)
 
 
 @pytest.fixture

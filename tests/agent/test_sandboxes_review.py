@@ -35,7 +35,9 @@ REVIEW_LABEL = "gpurental.review"
 
 def remove_image(client, image_id: str) -> None:
     """The test's own image, and first whatever container (a sandbox) still runs it."""
-    for container in client.containers.list(all=True, filters={"ancestor": image_id}):
+    for container in client.containers.list(
+        all=True, filters={"ancestor": image_id}, ignore_removed=True
+    ):
         with contextlib.suppress(docker.errors.DockerException):
             container.remove(force=True, v=True)
     with contextlib.suppress(docker.errors.DockerException):
@@ -71,7 +73,9 @@ def pool(docker_runtime):
     yield pool
     pool.close()
     mine = {"label": [sandboxes.LABEL_SANDBOX, f"gpurental.host={host_name}"]}
-    for sandbox in docker_runtime.client.containers.list(all=True, filters=mine):
+    for sandbox in docker_runtime.client.containers.list(
+        all=True, filters=mine, ignore_removed=True
+    ):
         sandbox.remove(force=True, v=True)
 
 

@@ -155,7 +155,9 @@ def test_agent_paused_past_the_lost_time_stops_its_container_and_keeps_the_works
     assert "/workspace kept" in instance.status_reason
     label = {"label": f"gpurental.instance={instance.pk}"}
     wait_for(
-        lambda: not docker_client.containers.list(filters=label),  # running ones only
+        lambda: (
+            not docker_client.containers.list(filters=label, ignore_removed=True)
+        ),  # running ones only
         60,
         "the leftover container to be stopped",
         agent,

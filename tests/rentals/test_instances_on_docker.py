@@ -92,7 +92,7 @@ def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, ali
     lc.instance_stop(instance=instance, actor=alice)
     instance = wait_status(instance, S.STOPPED, agent)
     assert not docker_client.containers.list(
-        all=True, filters={"label": f"gpurental.instance={instance.pk}"}
+        all=True, filters={"label": f"gpurental.instance={instance.pk}"}, ignore_removed=True
     )
     assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
@@ -105,7 +105,7 @@ def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, ali
     lc.instance_terminate(instance=instance, actor=alice)
     instance = wait_status(instance, S.TERMINATED, agent)
     assert not docker_client.containers.list(
-        all=True, filters={"label": f"gpurental.instance={instance.pk}"}
+        all=True, filters={"label": f"gpurental.instance={instance.pk}"}, ignore_removed=True
     )
     assert not docker_client.volumes.list(filters={"label": f"gpurental.instance={instance.pk}"})
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
@@ -146,7 +146,7 @@ def test_agent_killed_mid_launch_then_reconciliation_cleans_up(
     instance = lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1)
     label = {"label": f"gpurental.instance={instance.pk}"}
     wait_for(
-        lambda: docker_client.containers.list(all=True, filters=label),
+        lambda: docker_client.containers.list(all=True, filters=label, ignore_removed=True),
         60,
         "the container to exist",
         agent,
@@ -163,7 +163,7 @@ def test_agent_killed_mid_launch_then_reconciliation_cleans_up(
 
     agent.start()  # the host comes back: the leftover container and volume must go
     wait_for(
-        lambda: not docker_client.containers.list(all=True, filters=label),
+        lambda: not docker_client.containers.list(all=True, filters=label, ignore_removed=True),
         60,
         "the orphan to be removed",
         agent,
@@ -198,7 +198,7 @@ def test_failed_launches_release_everything_and_charge_nothing(
     assert instance.running_since is None and instance.stopped_at is None
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
     label = {"label": f"gpurental.instance={instance.pk}"}
-    assert not docker_client.containers.list(all=True, filters=label)
+    assert not docker_client.containers.list(all=True, filters=label, ignore_removed=True)
     wait_for(
         lambda: not docker_client.volumes.list(filters=label),
         30,

@@ -317,7 +317,9 @@ class DockerRuntime:
         if self.host_name:
             managed["label"].append(f"{LABEL_HOST}={self.host_name}")
         with _engine_errors("list instances"):
-            containers = self.client.containers.list(all=True, filters=managed)
+            # ignore_removed: one removed between the engine's list and its inspect (a stop,
+            # a sandbox the filler dropped) is simply not listed, not a failed heartbeat.
+            containers = self.client.containers.list(all=True, filters=managed, ignore_removed=True)
             volumes = self.client.volumes.list(filters=managed)
             self.sandboxes.collect_orphans({sandboxes.sandbox_of(c.attrs) for c in containers})
         states = {(vol.attrs.get("Labels") or {}).get(LABEL_INSTANCE): "stopped" for vol in volumes}

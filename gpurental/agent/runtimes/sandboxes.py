@@ -251,7 +251,9 @@ class SandboxPool:
         return filters
 
     def _listed(self) -> list:
-        containers = self.client.containers.list(all=True, filters=self._mine())
+        containers = self.client.containers.list(
+            all=True, filters=self._mine(), ignore_removed=True
+        )
         # Without a host name, only sandboxes without one: another agent's stay its own.
         return [c for c in containers if self.host_name or LABEL_HOST not in c.labels]
 
