@@ -238,6 +238,9 @@ def instance_launch_leased(*, lease, image: ImageTemplate, actor: User | None, n
 
 def _created(instance: Instance, *, reason: str, actor: User | None = None) -> None:
     now = instance.status_changed_at
+    # First: on-commit hooks run in the order they were registered, and the agent's command
+    # should not wait behind the live publishes of these two events (nobody watches yet).
+    hostcalls.start(instance)
     _event(
         instance,
         kind=InstanceEvent.Kind.TRANSITION,
@@ -247,7 +250,6 @@ def _created(instance: Instance, *, reason: str, actor: User | None = None) -> N
         reason=reason,
     )
     _progress(instance, step="queued", reason="waiting for the host agent", now=now)
-    hostcalls.start(instance)
 
 
 def _lock_user(pk) -> User:
