@@ -60,7 +60,8 @@ def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, ali
 
     steps = list(instance.events.filter(kind="progress").values_list("step", flat=True))
     assert steps[0] == "queued" and steps[-1] == "running"
-    assert {"pulling_image", "creating", "waiting_for_jupyter"} <= set(steps)
+    assert {"creating", "waiting_for_jupyter"} <= set(steps)
+    assert "pulling_image" not in steps  # the image is on the host: nothing is pulled
 
     token = instance.jupyter_token
     assert jupyter(instance, "/api/status", token)[0] == 200

@@ -272,7 +272,8 @@ class DockerRuntime:
             self._remove_container(container)
             container = None
         if container is None:
-            progress(f"pulling image {spec.image} if needed")
+            # No line of its own: ensure_image says "pulling" when it pulls; a cached image
+            # (nearly every launch) goes straight to "creating".
             self.ensure_image(spec.image, progress)
             container = self._create_and_start(spec, progress)
         try:
