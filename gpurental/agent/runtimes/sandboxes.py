@@ -50,6 +50,9 @@ MAX_KEYS = 4  # sets of ports kept warm at once: the most recently launched
 FAILED_KEY_BACKOFF_S = 300.0  # an image whose sandbox would not start is not tried again soon
 ORPHAN_AGE_S = 120.0  # a claimed sandbox no container joined, this old, goes
 SETTLE_S = 1.0  # a new sandbox must still run this long after its start to be pooled
+# The filler waits this long after a start: the launch's last steps (its report, the
+# customer's link, JupyterLab's first pages through the gateway) come first.
+REFILL_DELAY_S = 2.0
 
 Key = tuple[str, tuple[int, ...], str]
 
@@ -127,7 +130,8 @@ class SandboxPool:
         return sandbox
 
     def replenish(self) -> None:
-        """Refill the pools now (after a start is over: the filler never races a launch)."""
+        """Refill the pools soon (REFILL_DELAY_S after a start is over: the filler never
+        races a launch, nor the moments after it)."""
         if self.size == 0:
             return
         self._ensure_filler()
@@ -162,6 +166,8 @@ class SandboxPool:
     def _fill_loop(self) -> None:
         while not self._closed.is_set():
             self._wake.wait()
+            if self._closed.wait(REFILL_DELAY_S):
+                break
             self._wake.clear()
             while not self._closed.is_set() and (key := self._short_key()) is not None:
                 sandbox = self._make(key)
