@@ -107,6 +107,8 @@ class Platform:
             log_path=work / "agent.log",
             GPURENTAL_HF_CACHE_DIR=str(self.hf_cache),
             GPURENTAL_NET_POOL=str(net_pool),
+            # The agent's own default (the tests' agents beat every second).
+            GPURENTAL_HEARTBEAT_INTERVAL="5",
         )
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
