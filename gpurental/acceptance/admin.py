@@ -1,8 +1,13 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.template.loader import render_to_string
+from django.utils import timezone
 
-from gpurental.acceptance.models import AcceptanceRun, NominalSpec
+from gpurental.acceptance.models import AcceptanceRun, NominalSpec, RunReason, RunStatus
+from gpurental.acceptance.selectors import host_runs
+from gpurental.acceptance.services import AcceptanceRefused, acceptance_run_request
 from gpurental.accounts.admin_mixins import AuditedAdmin
+from gpurental.fleet.admin import HostAdmin
+from gpurental.fleet.models import Host
 
 
 @admin.register(NominalSpec)
@@ -61,3 +66,40 @@ class AcceptanceRunAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+# The host's page gets the benchmark's action and history here, so that fleet (which
+# acceptance builds on) imports nothing of acceptance.
+admin.site.unregister(Host)
+
+
+@admin.register(Host)
+class AcceptanceHostAdmin(HostAdmin):
+    readonly_fields = [*HostAdmin.readonly_fields, "acceptance_history"]
+    actions = [*HostAdmin.actions, "run_acceptance"]
+
+    @admin.display(description="Acceptance benchmark")
+    def acceptance_history(self, host):
+        runs = host_runs(host=host) if host.pk else []
+        latest = next((r for r in runs if r.status in (RunStatus.PASSED, RunStatus.HELD)), None)
+        return render_to_string(
+            "admin/acceptance/_history.html",
+            {
+                "runs": runs,
+                "latest": latest,
+                "latest_threshold": f"{latest.threshold * 100:g}" if latest else "",
+            },
+        )
+
+    @admin.action(description="Run the acceptance benchmark (no placements until it passes)")
+    def run_acceptance(self, request, queryset):
+        now = timezone.now()
+        for host in queryset:
+            try:
+                acceptance_run_request(
+                    host=host, reason=RunReason.ON_DEMAND, actor=request.user, now=now
+                )
+            except AcceptanceRefused as exc:
+                self.message_user(request, str(exc), level=messages.ERROR)
+            else:
+                self.message_user(request, f"Acceptance benchmark queued on {host.name}.")

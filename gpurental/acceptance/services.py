@@ -1,8 +1,9 @@
 """Host acceptance: asking for a benchmark run, recording its results, and what they mean
 for the host (active, or held back with the failing figures named).
 
-The host's status belongs to ``fleet.services``; this module calls its transition
-(``host_set_status``), which writes the audit row. Each run's own changes are audited here.
+The host's status belongs to ``fleet.lifecycle``; this module calls its named transitions
+(``host_acceptance_start``, ``host_acceptance_pass``, ``host_acceptance_hold``), which write
+the audit rows. Each run's own changes are audited here.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from gpurental.acceptance.specsheets import CPU_SPEC, GPU_SPECS
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet.models import GPUSource, Host, HostStatus
-from gpurental.fleet.services import (
-    MessageRefused,
-    host_message_verify,
-    host_set_status,
-    refuse_message,
+from gpurental.fleet.lifecycle import (
+    host_acceptance_hold,
+    host_acceptance_pass,
+    host_acceptance_start,
 )
+from gpurental.fleet.models import GPUSource, Host, HostStatus
+from gpurental.fleet.services import MessageRefused, host_message_verify, refuse_message
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +148,8 @@ def acceptance_run_request(
             smoke=settings.ACCEPTANCE_SMOKE if smoke is None else smoke,
             threshold=Decimal(str(settings.ACCEPTANCE_THRESHOLD)),
         )
-        host_set_status(
+        host = host_acceptance_start(
             host=host,
-            status=HostStatus.ACCEPTANCE,
             actor=actor,
             reason=f"acceptance benchmark ({run.get_reason_display().lower()})",
         )
@@ -283,19 +283,11 @@ def acceptance_run_record(
         )
         if failing:
             why = "; ".join(_failing_text(f) for f in figures if f["passed"] is False)
-            host_set_status(
-                host=host,
-                status=HostStatus.HELD,
-                reason=f"acceptance below {run.threshold:.0%} of nominal: {why}",
-                only_from=(HostStatus.ACCEPTANCE,),
+            host_acceptance_hold(
+                host=host, reason=f"acceptance below {run.threshold:.0%} of nominal: {why}"
             )
         else:
-            host_set_status(
-                host=host,
-                status=HostStatus.ACTIVE,
-                reason="acceptance benchmark passed",
-                only_from=(HostStatus.ACCEPTANCE,),
-            )
+            host_acceptance_pass(host=host, reason="acceptance benchmark passed")
     return run
 
 
@@ -317,11 +309,8 @@ def acceptance_run_fail(*, run: AcceptanceRun, reason: str, now: datetime) -> Ac
         audit_record(
             action="acceptance.failed", obj=run.host, changes={"run": str(run.id), "why": reason}
         )
-        host_set_status(
-            host=run.host,
-            status=HostStatus.HELD,
-            reason=f"acceptance benchmark could not run: {reason}"[:1000],
-            only_from=(HostStatus.ACCEPTANCE,),
+        host_acceptance_hold(
+            host=run.host, reason=f"acceptance benchmark could not run: {reason}"[:1000]
         )
     return run
 

@@ -40,8 +40,8 @@ from gpurental.billing.selectors import operator_zone
 from gpurental.catalog.selectors import catalog_rows
 from gpurental.console import selectors
 from gpurental.console.forms import ApiKeyForm, LaunchForm, MonthForm, ReservationForm, SignupForm
+from gpurental.fleet.lifecycle import STAFF_ACTIONS as HOST_TRANSITIONS
 from gpurental.fleet.models import Host, HostStatus
-from gpurental.fleet.services import host_set_status
 from gpurental.gateway import tickets
 from gpurental.rentals.exceptions import RentalError
 from gpurental.rentals.selectors import instance_visible_to, reservations_visible_to
@@ -453,7 +453,7 @@ def fleet_host_action(request, host_id, action):
     status = HOST_ACTIONS.get(action)
     if status is None:
         raise Http404("No such action.")
-    host_set_status(host=host, status=status, actor=request.user, reason="fleet dashboard")
+    HOST_TRANSITIONS[action](host=host, actor=request.user, reason="fleet dashboard")
     messages.success(request, f"Host {host.name} is now {status}.")
     return redirect(reverse("fleet"))
 

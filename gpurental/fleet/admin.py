@@ -4,13 +4,10 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
 
-from gpurental.acceptance.models import RunReason, RunStatus
-from gpurental.acceptance.selectors import host_runs
-from gpurental.acceptance.services import AcceptanceRefused, acceptance_run_request
 from gpurental.accounts.admin_mixins import AuditedAdmin
-from gpurental.fleet import topology
+from gpurental.fleet import lifecycle, topology
 from gpurental.fleet.models import GPU, Host, HostStatus
-from gpurental.fleet.services import host_join_command, host_rotate_token, host_set_status
+from gpurental.fleet.services import host_join_command, host_rotate_token
 
 
 class GPUInline(admin.TabularInline):
@@ -21,6 +18,10 @@ class GPUInline(admin.TabularInline):
 
 @admin.register(Host)
 class HostAdmin(AuditedAdmin):
+    """Hosts. Their status changes through the actions (``fleet.lifecycle``); it is set on
+    the form only when a host is added. ``gpurental.acceptance`` adds its benchmark's
+    action and history to this admin (``acceptance/admin.py``)."""
+
     list_display = [
         "name",
         "address",
@@ -38,11 +39,10 @@ class HostAdmin(AuditedAdmin):
         "runtime",
         "created_at",
         "topology_matrix",
-        "acceptance_history",
     ]
     exclude = ["topology"]
     inlines = [GPUInline]
-    actions = ["drain", "maintenance", "activate", "rotate_token", "run_acceptance"]
+    actions = ["drain", "maintenance", "activate", "rotate_token"]
 
     def get_changeform_initial_data(self, request):
         # A host added here is benchmarked before its first placement (gpurental/acceptance).
@@ -72,18 +72,9 @@ class HostAdmin(AuditedAdmin):
             },
         )
 
-    @admin.display(description="Acceptance benchmark")
-    def acceptance_history(self, host):
-        runs = host_runs(host=host) if host.pk else []
-        latest = next((r for r in runs if r.status in (RunStatus.PASSED, RunStatus.HELD)), None)
-        return render_to_string(
-            "admin/acceptance/_history.html",
-            {
-                "runs": runs,
-                "latest": latest,
-                "latest_threshold": f"{latest.threshold * 100:g}" if latest else "",
-            },
-        )
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if obj is None else [*fields, "status"]
 
     def get_queryset(self, request):
         return (
@@ -117,37 +108,24 @@ class HostAdmin(AuditedAdmin):
             ),
         )
 
-    def _set_status(self, request, queryset, status):
+    def _transition(self, request, queryset, action, status):
         for host in queryset:
-            host_set_status(
-                host=host, status=status, actor=request.user, reason="back-office action"
+            lifecycle.STAFF_ACTIONS[action](
+                host=host, actor=request.user, reason="back-office action"
             )
         self.message_user(request, f"{queryset.count()} host(s) set to {status}.")
 
     @admin.action(description="Drain (no new placements; running instances stay)")
     def drain(self, request, queryset):
-        self._set_status(request, queryset, HostStatus.DRAINING)
+        self._transition(request, queryset, "drain", HostStatus.DRAINING)
 
     @admin.action(description="Put in maintenance")
     def maintenance(self, request, queryset):
-        self._set_status(request, queryset, HostStatus.MAINTENANCE)
+        self._transition(request, queryset, "maintenance", HostStatus.MAINTENANCE)
 
     @admin.action(description="Reactivate")
     def activate(self, request, queryset):
-        self._set_status(request, queryset, HostStatus.ACTIVE)
-
-    @admin.action(description="Run the acceptance benchmark (no placements until it passes)")
-    def run_acceptance(self, request, queryset):
-        now = timezone.now()
-        for host in queryset:
-            try:
-                acceptance_run_request(
-                    host=host, reason=RunReason.ON_DEMAND, actor=request.user, now=now
-                )
-            except AcceptanceRefused as exc:
-                self.message_user(request, str(exc), level=messages.ERROR)
-            else:
-                self.message_user(request, f"Acceptance benchmark queued on {host.name}.")
+        self._transition(request, queryset, "activate", HostStatus.ACTIVE)
 
     @admin.action(description="Rotate join token (shows the new join command)")
     def rotate_token(self, request, queryset):

@@ -1,4 +1,4 @@
-"""Hosts: joining with a token, status changes."""
+"""Hosts: joining with a token, heartbeats, inventory. Status changes: ``fleet.lifecycle``."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.accounts.models import AuditEvent, User
 from gpurental.accounts.services import audit_record
 from gpurental.agent.sampler import telemetry_url_from_broker
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet import broker
+from gpurental.fleet import broker, signals
+from gpurental.fleet.lifecycle import host_mark_online
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
 
 log = logging.getLogger(__name__)
@@ -87,47 +87,6 @@ def host_rotate_token(*, host: Host, actor: User | None = None) -> str:
     if broker.accounts_enabled():
         broker.broker_account_ensure(host_name=host.name, password=token)
     return token
-
-
-@transaction.atomic
-def host_set_status(
-    *,
-    host: Host,
-    status: HostStatus,
-    actor: User | None = None,
-    reason: str = "",
-    only_from: tuple[str, ...] | None = None,
-) -> Host:
-    """``only_from``: change nothing unless the host is in one of these states (a staff
-    member's maintenance is not undone by a benchmark result that comes in meanwhile)."""
-    host = Host.objects.select_for_update().get(pk=host.pk)
-    if only_from is not None and host.status not in only_from:
-        return host
-    if (
-        host.status == HostStatus.MAINTENANCE
-        and status == HostStatus.ACTIVE
-        and settings.ACCEPTANCE_AFTER_MAINTENANCE
-    ):
-        from gpurental.acceptance.models import RunReason
-        from gpurental.acceptance.services import acceptance_run_request
-
-        # Back from maintenance: benchmarked first (acceptance), active when it passes.
-        acceptance_run_request(
-            host=host, reason=RunReason.MAINTENANCE, actor=actor, now=timezone.now()
-        )
-        host.refresh_from_db()
-        return host
-    if host.status != status:
-        old = host.status
-        host.status = status
-        host.save(update_fields=["status"])
-        audit_record(
-            action="host.status",
-            actor=actor,
-            obj=host,
-            changes={"status": [old, status], "reason": reason},
-        )
-    return host
 
 
 @transaction.atomic
@@ -264,10 +223,9 @@ def host_heartbeat_record(
 
     The beat's own time (when the agent sent it) is the host's liveness, however late it is
     read. The inventory and container list come when the agent has them (None otherwise),
-    each judged by the time it was taken."""
-    from gpurental.rentals.services.disk import instances_disk_check
-    from gpurental.rentals.services.reconcile import host_containers_reconcile
-
+    each judged by the time it was taken. What the beat means for instances (their
+    containers, their workspaces) and for a joining host's benchmark is decided by the
+    receivers of ``signals.heartbeat_recorded`` (rentals, acceptance)."""
     observed_at = _agent_time(sent_at, now) if sent_at else now
     with transaction.atomic():
         host = Host.objects.select_for_update().get(pk=host.pk)
@@ -280,12 +238,11 @@ def host_heartbeat_record(
         }
         if gpu_source in GPUSource.values:
             fields["gpu_source"] = gpu_source
-        if host.status == HostStatus.OFFLINE:
-            fields["status"] = HostStatus.ACTIVE
-            audit_record(action="host.online", obj=host)
         for key, value in fields.items():
             setattr(host, key, value)
         host.save(update_fields=list(fields))
+        if host.status == HostStatus.OFFLINE:  # checked here too: no second lock per beat
+            host = host_mark_online(host=host)
         if topology is not None and topology != host.topology:
             old_fabric = (host.topology or {}).get("fabric")
             host.topology = topology
@@ -297,16 +254,16 @@ def host_heartbeat_record(
             )
         if inventory is not None:
             host_inventory_sync(host=host, inventory=inventory)
-    if inventory and host.status == HostStatus.ACCEPTANCE:
-        from gpurental.acceptance.services import acceptance_on_join
-
-        # A joining host's first inventory: its benchmark can run now.
-        acceptance_on_join(host=host, now=now)
-    if containers is not None:
-        listed_at = _agent_time(containers_listed_at, now) if containers_listed_at else observed_at
-        host_containers_reconcile(host=host, containers=containers, observed_at=listed_at, now=now)
-    if isinstance(workspaces, dict):
-        instances_disk_check(host=host, usage=workspaces, now=now)
+    listed_at = _agent_time(containers_listed_at, now) if containers_listed_at else observed_at
+    signals.heartbeat_recorded.send(
+        sender=Host,
+        host=host,
+        inventory=inventory,
+        containers=containers,
+        containers_listed_at=listed_at,
+        workspaces=workspaces if isinstance(workspaces, dict) else None,
+        now=now,
+    )
     return host
 
 

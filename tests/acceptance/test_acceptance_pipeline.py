@@ -17,8 +17,9 @@ from gpurental.acceptance.services import (
     acceptance_runs_expire,
 )
 from gpurental.accounts.models import AuditEvent
+from gpurental.fleet.lifecycle import host_activate, host_maintenance_start
 from gpurental.fleet.models import HostStatus
-from gpurental.fleet.services import MessageRefused, host_set_status
+from gpurental.fleet.services import MessageRefused
 from gpurental.rentals.selectors import schedulable_hosts
 from tests.factories import InstanceFactory
 
@@ -261,7 +262,7 @@ def test_staff_cannot_benchmark_a_host_with_instances_on_it(make_host, a100, sen
 
 def test_back_from_maintenance_means_benchmarked_first(make_host, a100, sent):
     host = make_host("maint", a100, count=1, status=HostStatus.MAINTENANCE)
-    host_set_status(host=host, status=HostStatus.ACTIVE, reason="repaired")
+    host_activate(host=host, reason="repaired")
     host.refresh_from_db()
     assert host.status == HostStatus.ACCEPTANCE
     assert host.acceptance_runs.get().reason == RunReason.MAINTENANCE
@@ -306,7 +307,7 @@ def test_a_run_with_no_answer_expires_and_holds_the_host(requested):
 
 def test_a_result_arriving_after_staff_took_the_host_out_leaves_it_out(requested, cpu_nominal):
     host, run = requested
-    host_set_status(host=host, status=HostStatus.MAINTENANCE, reason="fan replaced")
+    host_maintenance_start(host=host, reason="fan replaced")
     acceptance_report_receive(
         message=report(host, run, "finished", result=cpu_result(), network=[]),
         now=timezone.now(),

@@ -1,5 +1,6 @@
 """Reconciliation: make the database agree with what hosts actually run. It decides;
-the lifecycle's named transitions change the instances.
+named transitions make the changes (the lifecycle's for instances, ``fleet.lifecycle``'s
+for hosts).
 
 - From each container list a host sends (with the time it was taken): a running
   instance whose container is gone or exited is stopped (its /workspace kept); an
@@ -24,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from gpurental.accounts.services import audit_record
+from gpurental.fleet.lifecycle import host_mark_offline
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.rentals import hostcalls
 from gpurental.rentals.models import Instance, InstanceStatus
@@ -108,12 +109,8 @@ def hosts_mark_offline(*, now: datetime) -> list[str]:
             last = host.last_heartbeat_at or host.created_at
             if last >= cutoff:
                 continue  # a heartbeat came in meanwhile
-            if host.status == HostStatus.ACTIVE:
-                host.status = HostStatus.OFFLINE
-                host.save(update_fields=["status"])
-                audit_record(
-                    action="host.offline", obj=host, changes={"last_heartbeat_at": last.isoformat()}
-                )
+            # An active host goes offline (fleet's transition; other states stay as they are).
+            host = host_mark_offline(host=host, last_heartbeat_at=last)
         lost = last < lost_cutoff
         for instance in Instance.objects.filter(host=host, status__in=HOLDING):
             if lost:
