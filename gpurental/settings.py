@@ -443,10 +443,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"ids": {"()": "gpurental.observability.logs.ContextFilter"}},
-    "formatters": {
-        "platform": {"()": "gpurental.observability.logs.formatter_for", "log_format": LOG_FORMAT}
-    },
+    "filters": {"ids": {"()": "gpurental.logs.ContextFilter"}},
+    "formatters": {"platform": {"()": "gpurental.logs.formatter_for", "log_format": LOG_FORMAT}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "platform", "filters": ["ids"]}
     },

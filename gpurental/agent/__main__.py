@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from gpurental import protocol
+from gpurental import logs, protocol
 from gpurental.agent.activity import Holdings, KernelProbe
 from gpurental.agent.config import AgentConfig, ConfigError, read_env_file
 from gpurental.agent.gpus import NvmlUnavailable, make_source
@@ -17,7 +17,6 @@ from gpurental.agent.runtimes import docker_problem, make_runtime
 from gpurental.agent.runtimes.network import NetworkSetupError
 from gpurental.agent.sampler import ChannelPublisher, HttpPublisher, Sampler, SamplerThread
 from gpurental.agent.worker import make_app, set_agent
-from gpurental.observability import logs
 
 log = logging.getLogger("gpurental.agent")
 

@@ -6,10 +6,9 @@ import logging
 
 from celery import Celery
 
-from gpurental import protocol
+from gpurental import logs, protocol
 from gpurental.agent.config import AgentConfig
 from gpurental.agent.host import HostAgent
-from gpurental.observability import logs
 
 log = logging.getLogger(__name__)
 _agent: HostAgent | None = None

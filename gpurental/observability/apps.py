@@ -6,7 +6,8 @@ class ObservabilityConfig(AppConfig):
     label = "observability"
 
     def ready(self) -> None:
-        from gpurental.observability import counters, logs
+        from gpurental import logs
+        from gpurental.observability import counters
 
         # Every control-plane process: ids ride on the tasks it sends; the workers
         # count the tasks they run.

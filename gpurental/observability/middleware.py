@@ -7,7 +7,7 @@ import logging
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from gpurental.observability import logs
+from gpurental import logs
 
 log = logging.getLogger("gpurental.request")
 

@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from gpurental.observability.logs import HEADER_SENT_AT
+from gpurental.logs import HEADER_SENT_AT
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from decimal import Decimal
 import pytest
 import requests
 
+from gpurental import logs
 from gpurental.accounts.services import api_key_create
 from gpurental.billing.services import credit_add
 from gpurental.celery_app import app as control_app
-from gpurental.observability import logs
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.testing.agent_process import wait_for
 

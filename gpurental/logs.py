@@ -1,11 +1,12 @@
 """Structured logs that let one launch be followed across web, worker and agent.
 
-Django-free: the agent imports it too. The ids of what a line is about live in
-context variables (a request, a task, an agent command sets them); a logging filter
-copies them onto every record, and ``JsonFormatter`` writes one JSON object a line.
-Celery carries the request id and instance id from the process that sends a task to
-the one that runs it in two message headers, set by ``before_task_publish`` and read
-back by ``task_prerun`` (both sides connect ``connect_celery``).
+Django-free, beside ``protocol``: the agent imports it too (it imports no Django app).
+The ids of what a line is about live in context variables (a request, a task, an agent
+command sets them); a logging filter copies them onto every record, and ``JsonFormatter``
+writes one JSON object a line. Celery carries the request id and instance id from the
+process that sends a task to the one that runs it in two message headers, set by
+``before_task_publish`` and read back by ``task_prerun`` (both sides connect
+``connect_celery``).
 """
 
 from __future__ import annotations
