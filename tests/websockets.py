@@ -7,7 +7,7 @@ from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from gpurental.telemetry.routing import websocket_urlpatterns
+from gpurental.routing import websocket_urlpatterns
 
 
 def watch(user, path, *, then=None, frames=1):

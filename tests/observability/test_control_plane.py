@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from gpurental.celery_app import app as control_app
 from gpurental.observability import counters, queues
-from gpurental.telemetry.routing import websocket_urlpatterns
+from gpurental.routing import websocket_urlpatterns
 from tests.agent.conftest import skip_unless_ci
 from tests.telemetry.test_metrics import parse, values
 

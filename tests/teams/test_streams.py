@@ -8,9 +8,9 @@ from channels.testing import WebsocketCommunicator
 
 from gpurental.groups.services import group_apply
 from gpurental.rentals.services import lifecycle as lc
+from gpurental.routing import websocket_urlpatterns
 from gpurental.teams.models import Membership
 from gpurental.telemetry.consumers import CLOSE_NOT_FOUND
-from gpurental.telemetry.routing import websocket_urlpatterns
 from tests.groups import surfaces
 from tests.websockets import watch
 

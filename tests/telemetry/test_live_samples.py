@@ -13,13 +13,13 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
 from gpurental.rentals.services import lifecycle as lc
+from gpurental.routing import websocket_urlpatterns
 from gpurental.telemetry.consumers import (
     CLOSE_FORBIDDEN,
     CLOSE_NOT_FOUND,
     CLOSE_UNAUTHENTICATED,
 )
 from gpurental.telemetry.feed import FleetFeed, fleet_feed
-from gpurental.telemetry.routing import websocket_urlpatterns
 from tests.telemetry.conftest import host_message
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,8 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.sessions.backends.db import SessionStore
 
+from gpurental.routing import websocket_urlpatterns
 from gpurental.telemetry.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
-from gpurental.telemetry.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

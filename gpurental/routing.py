@@ -1,4 +1,4 @@
-"""Websocket routes."""
+"""Websocket routes, for the whole project (like ``urls.py``): each app's consumers."""
 
 from django.urls import path
 
