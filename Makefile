@@ -59,10 +59,14 @@ bench-smoke: install
 client-dist: $(BIN)/python
 	$(BIN)/python sdk/build.py
 
+# The layering contracts ([tool.importlinter] in pyproject.toml) and one writer per status:
+# docs/ARCHITECTURE.md says what each checks.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check gpurental tests bench
 	$(BIN)/python scripts/check_i18n.py
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python scripts/check_status_writers.py
 
 # The templates' catalogue, locale/zh_Hans (the apps' Python strings have their own, in
 # gpurental/<app>/locale/). Translate what it adds, then run it again to compile; commit the
