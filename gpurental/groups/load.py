@@ -1,5 +1,5 @@
 """What a group's endpoint measures, and how the autoscaler reads it: both sides of the
-contract in one Django-free file (STYLE.md "a contract between processes").
+contract in one Django-free file (docs/STYLE.md "a contract between processes").
 
 Every second each gateway process writes its view of each group it serves to the Redis
 hash ``gpurental:group-load:<group_id>``, field ``<hostname>:<pid>``, as JSON::
