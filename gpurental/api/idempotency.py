@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
@@ -45,6 +46,18 @@ HEADER = "Idempotency-Key"
 KEY_TTL = timedelta(hours=24)
 PENDING_TIMEOUT = timedelta(minutes=5)  # far longer than any request may take
 KEY_PATTERN = re.compile(r"^[!-~]{1,255}$")  # visible ASCII, no spaces
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    HEADER,
+    type={"type": "string", "minLength": 1, "maxLength": 255, "pattern": KEY_PATTERN.pattern},
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "A unique string per request, e.g. a UUID (1 to 255 visible ASCII characters): a "
+        "retry with the same key and body gets the first answer instead of running again. "
+        "The same key with another body is refused (422)."
+    ),
+)
 
 
 class IdempotencyKeyInvalid(exceptions.APIException):

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP
 
-from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
+from gpurental.api.fields import CurrencyField, LocalTimeField, money_field
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import ResolvedImage, image_names_offered, image_resolve
 from gpurental.gateway import routes
@@ -40,47 +39,9 @@ STATUS_CHOICE_ERROR = format_lazy(
 )
 
 
-class CurrencyField(serializers.ReadOnlyField):
-    def __init__(self, **kwargs):
-        kwargs.setdefault("help_text", "ISO 4217 code of every amount in this response")
-        super().__init__(source="*", **kwargs)
-
-    def to_representation(self, value) -> str:
-        return settings.BILLING_CURRENCY
-
-
-extend_schema_field(OpenApiTypes.STR)(CurrencyField)
-
-
-@extend_schema_field(
-    {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$", "example": "08:00:00"}
-)
-class LocalTimeField(serializers.TimeField):
-    """A time of day in the operator's time zone (``TIME_ZONE``): HH:MM:SS, no offset."""
-
-
 def _slug() -> serializers.CharField:
     # Not a SlugField in the schema: catalog slugs may hold dots ("pytorch-2.1").
     return serializers.CharField(read_only=True)
-
-
-def _money(**kwargs) -> serializers.DecimalField:
-    return serializers.DecimalField(
-        max_digits=14, decimal_places=4, rounding=ROUND_HALF_UP, read_only=True, **kwargs
-    )
-
-
-def _amount(**kwargs) -> serializers.DecimalField:
-    """An amount of money as invoiced: to the cent."""
-    return serializers.DecimalField(
-        max_digits=14, decimal_places=2, rounding=ROUND_HALF_UP, read_only=True, **kwargs
-    )
-
-
-def _hours(**kwargs) -> serializers.DecimalField:
-    return serializers.DecimalField(
-        max_digits=14, decimal_places=4, rounding=ROUND_HALF_UP, read_only=True, **kwargs
-    )
 
 
 # --- catalog ------------------------------------------------------------------
@@ -118,9 +79,9 @@ class GPUModelSerializer(serializers.ModelSerializer):
 class PlanSerializer(serializers.ModelSerializer):
     slug = _slug()
     gpu_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    hourly_rate = _money(help_text="Price per hour for the whole plan")
-    off_peak_rate = _money(help_text="Hourly price inside the off-peak window")
-    reserved_rate = _money(help_text="Hourly price of booked (reserved) capacity")
+    hourly_rate = money_field(help_text="Price per hour for the whole plan")
+    off_peak_rate = money_field(help_text="Hourly price inside the off-peak window")
+    reserved_rate = money_field(help_text="Hourly price of booked (reserved) capacity")
     off_peak_start = LocalTimeField(read_only=True, help_text="In the operator's time zone")
     off_peak_end = LocalTimeField(read_only=True, help_text="In the operator's time zone")
     currency = CurrencyField()
@@ -384,7 +345,7 @@ def gpu_model_named(value: str) -> GPUModel:
     )
 
 
-def _image_resolved(value: str) -> ResolvedImage:
+def image_resolved(value: str) -> ResolvedImage:
     """The template a slug or an alias names (``catalog.selectors.image_resolve``)."""
     resolved = image_resolve(value)
     if resolved is None:
@@ -395,8 +356,8 @@ def _image_resolved(value: str) -> ResolvedImage:
     return resolved
 
 
-def _image_named(value: str) -> ImageTemplate:
-    return _image_resolved(value).template
+def image_named(value: str) -> ImageTemplate:
+    return image_resolved(value).template
 
 
 class GpuChoiceSerializer(serializers.Serializer):
@@ -487,7 +448,7 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
     )
 
     def validate_image(self, value: str) -> ResolvedImage:
-        return _image_resolved(value)
+        return image_resolved(value)
 
     def launch_kwargs(self) -> dict:
         data = self.validated_data
@@ -574,7 +535,7 @@ class MeSerializer(serializers.Serializer):
     gpu_quota = serializers.IntegerField(read_only=True, help_text="GPUs you may hold at once")
     gpus_in_use = serializers.IntegerField(read_only=True)
     credit_limit = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True)
-    hourly_burn = _money(help_text="What your running on-demand instances cost per hour")
+    hourly_burn = money_field(help_text="What your running on-demand instances cost per hour")
     hours_left = serializers.DecimalField(
         max_digits=16,
         decimal_places=1,

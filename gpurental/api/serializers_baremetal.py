@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
-from gpurental.api.serializers import CurrencyField, _amount, _image_named
-from gpurental.api.serializers_reservations import AwareDateTimeField
+from gpurental.api.fields import AwareDateTimeField, CurrencyField, amount_field
+from gpurental.api.serializers import image_named
 from gpurental.baremetal import selectors
 from gpurental.baremetal.models import DedicatedPlan, Lease, LeaseEvent
 
@@ -56,7 +56,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
     start = serializers.DateTimeField(read_only=True)
     end = serializers.DateTimeField(read_only=True, help_text="Exclusive")
-    charged = _amount(
+    charged = amount_field(
         source="charged_so_far", help_text="Billed so far, per second up to billed_until"
     )
     currency = CurrencyField()
@@ -113,4 +113,4 @@ class LeaseLaunchSerializer(serializers.Serializer):
     image = serializers.CharField(help_text="An image slug, e.g. pytorch-2.1")
 
     def validate_image(self, value):
-        return _image_named(value)
+        return image_named(value)

@@ -7,7 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from rest_framework import serializers
 
-from gpurental.api.serializers import CurrencyField, _amount, _hours
+from gpurental.api.fields import CurrencyField, amount_field, hours_field
 from gpurental.billing.models import Invoice, InvoiceLine
 from gpurental.billing.pricing import local_month
 from gpurental.billing.selectors import operator_zone
@@ -44,13 +44,13 @@ class UsageRowSerializer(serializers.Serializer):
     instance_id = serializers.CharField(read_only=True)
     instance_name = serializers.CharField(read_only=True)
     plan = serializers.CharField(read_only=True)
-    gpu_hours = _hours()
-    cost = _amount()
+    gpu_hours = hours_field()
+    cost = amount_field()
 
 
 class UsageTotalsSerializer(serializers.Serializer):
-    gpu_hours = _hours()
-    cost = _amount(help_text="The exact costs added up, then rounded once")
+    gpu_hours = hours_field()
+    cost = amount_field(help_text="The exact costs added up, then rounded once")
 
 
 class UsageSerializer(serializers.Serializer):
@@ -65,8 +65,8 @@ class UsageSerializer(serializers.Serializer):
 class InvoiceLineSerializer(serializers.ModelSerializer):
     instance = serializers.UUIDField(source="instance_id", read_only=True, allow_null=True)
     reservation = serializers.UUIDField(source="reservation_id", read_only=True, allow_null=True)
-    gpu_hours = _hours()
-    amount = _amount()
+    gpu_hours = hours_field()
+    amount = amount_field()
 
     class Meta:
         model = InvoiceLine
@@ -83,7 +83,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
         slug_field="number", read_only=True, help_text="The invoice a credit note corrects"
     )
     period_end = serializers.DateField(read_only=True, help_text="Exclusive")
-    total = _amount()
+    total = amount_field()
     lines = InvoiceLineSerializer(many=True, read_only=True)
 
     class Meta:

@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpurental.api.serializers import CurrencyField, LocalTimeField, _amount, _money
+from gpurental.api.fields import CurrencyField, LocalTimeField, amount_field, money_field
 from gpurental.catalog.models import Plan
 from gpurental.gateway import routes
 from gpurental.groups.models import Group, GroupEvent, LoadSample
@@ -80,8 +80,10 @@ def group_price(plan: Plan, *, min_replicas: int, max_replicas: int, warm_pool_s
 class GroupPriceSerializer(serializers.Serializer):
     plan = serializers.CharField(read_only=True)
     gpu_count = serializers.IntegerField(read_only=True, help_text="GPUs per replica")
-    replica_hourly_rate = _money(help_text="Per serving replica per hour (the plan's rate)")
-    replica_off_peak_rate = _money(help_text="Per serving replica per hour in the off-peak window")
+    replica_hourly_rate = money_field(help_text="Per serving replica per hour (the plan's rate)")
+    replica_off_peak_rate = money_field(
+        help_text="Per serving replica per hour in the off-peak window"
+    )
     off_peak_discount = serializers.DecimalField(
         max_digits=5, decimal_places=4, read_only=True, help_text="0.30 = 30 % off"
     )
@@ -98,9 +100,9 @@ class GroupPriceSerializer(serializers.Serializer):
     min_replicas = serializers.IntegerField(read_only=True)
     max_replicas = serializers.IntegerField(read_only=True)
     warm_pool_size = serializers.IntegerField(read_only=True)
-    min_hourly = _money(help_text="Per hour at min_nodes serving replicas (full rate)")
-    max_hourly = _money(help_text="Per hour at max_nodes serving replicas (full rate)")
-    warm_pool_hourly = _amount(help_text="Per hour for the whole warm pool: 0.00")
+    min_hourly = money_field(help_text="Per hour at min_nodes serving replicas (full rate)")
+    max_hourly = money_field(help_text="Per hour at max_nodes serving replicas (full rate)")
+    warm_pool_hourly = amount_field(help_text="Per hour for the whole warm pool: 0.00")
     currency = CurrencyField()
 
 

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpurental.api.serializers import (
+from gpurental.api.fields import (
+    AwareDateTimeField,
     CurrencyField,
-    GpuChoiceSerializer,
-    _amount,
-    _hours,
-    _image_named,
-    _money,
-    gpu_model_named,
+    amount_field,
+    hours_field,
+    money_field,
 )
+from gpurental.api.serializers import GpuChoiceSerializer, gpu_model_named, image_named
 from gpurental.billing.pricing import quantize_money
 from gpurental.catalog.models import GPUModel, ImageTemplate
 from gpurental.rentals.models import (
@@ -27,24 +25,6 @@ from gpurental.rentals.models import (
     ReservationEvent,
 )
 from gpurental.rentals.services.reservations import refund_for
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 instant with its offset: a bare wall-clock time is refused, not guessed."""
-
-    default_error_messages = {
-        "naive": gettext_lazy("add a time zone: e.g. 2026-12-03T10:00Z or 2026-12-03T11:00+01:00"),
-    }
-
-    def __init__(self, **kwargs):
-        # In UTC, not the current time zone: the services word their messages in UTC.
-        kwargs.setdefault("default_timezone", UTC)
-        super().__init__(**kwargs)
-
-    def enforce_timezone(self, value):
-        if timezone.is_naive(value):
-            self.fail("naive")
-        return super().enforce_timezone(value)  # out of range after conversion: "overflow"
 
 
 class ReservationEventSerializer(serializers.ModelSerializer):
@@ -67,8 +47,8 @@ class ReservationSerializer(serializers.ModelSerializer):
     image = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     start = serializers.DateTimeField(read_only=True)
     end = serializers.DateTimeField(read_only=True, help_text="Exclusive")
-    price = _amount(help_text="Paid at booking, at the plan's reserved rate")
-    refunded = _amount(help_text="Paid back on cancellation")
+    price = amount_field(help_text="Paid at booking, at the plan's reserved rate")
+    refunded = amount_field(help_text="Paid back on cancellation")
     refund_if_cancelled_now = serializers.SerializerMethodField(
         help_text="What cancelling now would pay back; null once it has started or ended"
     )
@@ -146,7 +126,7 @@ class ReservationCreateSerializer(ReservationQuoteSerializer):
     )
 
     def validate_image(self, value: str) -> ImageTemplate:
-        return _image_named(value)
+        return image_named(value)
 
 
 class ReservationQuoteResultSerializer(serializers.Serializer):
@@ -157,14 +137,14 @@ class ReservationQuoteResultSerializer(serializers.Serializer):
         read_only=True, help_text="Priced from here (now at the earliest)"
     )
     end = serializers.DateTimeField(read_only=True)
-    hours = _hours()
-    gpu_hours = _hours()
+    hours = hours_field()
+    gpu_hours = hours_field()
     rate_kind = serializers.CharField(read_only=True, help_text="Always reserved")
-    hourly_rate = _money(help_text="The plan's reserved rate, per hour for the whole plan")
+    hourly_rate = money_field(help_text="The plan's reserved rate, per hour for the whole plan")
     discount = serializers.DecimalField(
         max_digits=5, decimal_places=4, read_only=True, help_text="0.15 = 15 % off the hourly rate"
     )
-    price = _amount(help_text="Paid at booking")
+    price = amount_field(help_text="Paid at booking")
     currency = CurrencyField()
     full_refund_until = serializers.DateTimeField(
         read_only=True, help_text="Cancelled by then: refunded in full; later, in part"

@@ -16,7 +16,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import (
     OpenApiExample,
-    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
 )
@@ -30,8 +29,8 @@ from gpurental.accounts.models import ApiKey
 from gpurental.accounts.services import ApiKeyRefused, api_key_create, api_key_revoke
 from gpurental.api import serializers as s
 from gpurental.api.errors import TooMany
-from gpurental.api.idempotency import HEADER as IDEMPOTENCY_HEADER
-from gpurental.api.idempotency import KEY_PATTERN, idempotent
+from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.lookups import SLUG_RE, UUID_RE, LookupMixin, PersonalMixin
 from gpurental.billing.selectors import balance_status
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.gateway import routes, tickets
@@ -48,66 +47,6 @@ from gpurental.rentals.services.lifecycle import (
 )
 from gpurental.teams.acting import account_of, role_of
 from gpurental.teams.models import Team
-
-UUID_RE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-# Slugs in the catalog may hold dots ("pytorch-2.1"); no format suffixes to clash with.
-SLUG_RE = r"[-a-zA-Z0-9_.]+"
-
-IDEMPOTENCY_KEY = OpenApiParameter(
-    IDEMPOTENCY_HEADER,
-    type={"type": "string", "minLength": 1, "maxLength": 255, "pattern": KEY_PATTERN.pattern},
-    location=OpenApiParameter.HEADER,
-    required=False,
-    description=(
-        "A unique string per request, e.g. a UUID (1 to 255 visible ASCII characters): a "
-        "retry with the same key and body gets the first answer instead of running again. "
-        "The same key with another body is refused (422)."
-    ),
-)
-
-
-class LookupMixin:
-    """``get_object`` with one 404 message for "no such object" and "not yours"."""
-
-    noun = gettext_lazy("object")
-
-    def get_object(self):
-        queryset = self.filter_queryset(self.get_queryset())
-        value = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
-        obj = queryset.filter(**{self.lookup_field: value}).first()
-        if obj is None:
-            raise NotFound(_("there is no %(noun)s %(id)s") % {"noun": self.noun, "id": value})
-        self.check_object_permissions(self.request, obj)
-        return obj
-
-
-class OwnedMixin(LookupMixin):
-    """The caller's own rows of ``model`` (``owner_field`` names the user), by UUID, and
-    nothing else: another customer's is a 404 worded as if it did not exist."""
-
-    model = None
-    owner_field = "user"
-    lookup_value_regex = UUID_RE
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):  # schema generation
-            return self.model.objects.none()
-        return self.model.objects.filter(**{self.owner_field: self.owner(self.request)})
-
-    def owner(self, request):
-        """Whose rows these are: the acting account (a team's, or the caller's own)."""
-        return account_of(request)
-
-
-class PersonalMixin(OwnedMixin):
-    """Rows that stay the person's own whatever account they act for (API keys, SSH keys,
-    the notifications sent to them)."""
-
-    team_area = None  # no team role applies
-
-    def owner(self, request):
-        return request.user
-
 
 # --- catalog ------------------------------------------------------------------
 

@@ -11,9 +11,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from gpurental.api import serializers_baremetal as s
-from gpurental.api.idempotency import idempotent
+from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.api.serializers import InstanceDetailSerializer
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, instances_for
+from gpurental.api.views import instances_for
 from gpurental.baremetal import selectors, services
 from gpurental.baremetal.models import DedicatedPlan, Lease
 from gpurental.teams.acting import account_of

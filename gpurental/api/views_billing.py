@@ -20,7 +20,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 
 from gpurental.api import serializers_billing as s
-from gpurental.api.views import LookupMixin
+from gpurental.api.lookups import LookupMixin
 from gpurental.billing.models import Invoice, InvoiceLine
 from gpurental.billing.pricing import local_month
 from gpurental.billing.selectors import invoices_visible_to, operator_zone, usage_by_day

@@ -16,8 +16,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from gpurental.api import serializers_groups as s
-from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin
+from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.groups import specs
 from gpurental.groups.models import Group
 from gpurental.groups.selectors import group_quote, groups_visible_to

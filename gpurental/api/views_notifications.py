@@ -13,8 +13,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
 from gpurental.api import serializers_notifications as s
-from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, OwnedMixin, PersonalMixin
+from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.lookups import UUID_RE, LookupMixin, OwnedMixin, PersonalMixin
 from gpurental.notifications import services
 from gpurental.notifications.events import EVENTS
 from gpurental.notifications.models import Notification, WebhookDelivery, WebhookEndpoint

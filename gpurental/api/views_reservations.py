@@ -20,9 +20,10 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
 from gpurental.api import serializers_reservations as s
-from gpurental.api.idempotency import idempotent
+from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.api.serializers import InstanceDetailSerializer
-from gpurental.api.views import IDEMPOTENCY_KEY, UUID_RE, LookupMixin, instances_for
+from gpurental.api.views import instances_for
 from gpurental.billing.pricing import RESERVED
 from gpurental.catalog.models import GPUModel
 from gpurental.rentals import selectors as rental_selectors

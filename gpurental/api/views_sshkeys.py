@@ -13,8 +13,8 @@ from gpurental.accounts.models import SSHKey
 from gpurental.accounts.services import ssh_key_add, ssh_key_delete
 from gpurental.accounts.sshkeys import SSHKeyRefused
 from gpurental.api import serializers_sshkeys as s
-from gpurental.api.idempotency import idempotent
-from gpurental.api.views import IDEMPOTENCY_KEY, PersonalMixin
+from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.lookups import PersonalMixin
 
 
 @extend_schema(tags=["account"])
