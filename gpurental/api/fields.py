@@ -1,4 +1,5 @@
-"""Fields that several resources' serializers share: money, currency, times."""
+"""Fields that several resources' serializers share: money, currency, times. Money is a
+string (DecimalField), never a float."""
 
 from __future__ import annotations
 

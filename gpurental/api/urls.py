@@ -2,53 +2,41 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from gpurental.api import (
-    views,
-    views_baremetal,
-    views_billing,
-    views_groups,
-    views_notifications,
-    views_payments,
-    views_reservations,
-    views_sshkeys,
-    views_teams,
-)
+from gpurental.api.account import urls as account
+from gpurental.api.baremetal import urls as baremetal
+from gpurental.api.billing import urls as billing
+from gpurental.api.catalog import urls as catalog
 from gpurental.api.errors import not_found
+from gpurental.api.groups import urls as groups
+from gpurental.api.instances import urls as instances
+from gpurental.api.notifications import urls as notifications
+from gpurental.api.payments import urls as payments
+from gpurental.api.reservations import urls as reservations
+from gpurental.api.sshkeys import urls as sshkeys
+from gpurental.api.teams import urls as teams
+
+# In this order: the API root lists the resources, and the schema their paths, as here.
+RESOURCES = [
+    catalog,
+    instances,
+    account,
+    sshkeys,
+    reservations,
+    billing,
+    groups,
+    notifications,
+    payments,
+    baremetal,
+    teams,
+]
 
 router = DefaultRouter()
 router.include_format_suffixes = False  # JSON only: no /instances.json variants
-router.register("gpu-models", views.GPUModelViewSet, basename="gpu-model")
-router.register("plans", views.PlanViewSet, basename="plan")
-router.register("images", views.ImageViewSet, basename="image")
-router.register("instances", views.InstanceViewSet, basename="instance")
-router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
-router.register("ssh-keys", views_sshkeys.SSHKeyViewSet, basename="ssh-key")
-router.register("reservations", views_reservations.ReservationViewSet, basename="reservation")
-router.register("invoices", views_billing.InvoiceViewSet, basename="invoice")
-router.register("groups", views_groups.GroupViewSet, basename="group")
-router.register("webhooks", views_notifications.WebhookEndpointViewSet, basename="webhook")
-router.register(
-    "webhook-deliveries", views_notifications.WebhookDeliveryViewSet, basename="webhook-delivery"
-)
-router.register("notifications", views_notifications.NotificationViewSet, basename="notification")
-router.register(
-    "notification-preferences",
-    views_notifications.NotificationPreferenceViewSet,
-    basename="notification-preference",
-)
-router.register("payments", views_payments.PaymentViewSet, basename="payment")
-router.register("dedicated-plans", views_baremetal.DedicatedPlanViewSet, basename="dedicated-plan")
-router.register("leases", views_baremetal.LeaseViewSet, basename="lease")
-router.register("teams", views_teams.TeamViewSet, basename="team")
+for resource in RESOURCES:
+    router.registry.extend(resource.router.registry)
 
 v1 = [
-    path("me/", views.MeView.as_view(), name="me"),
-    path("availability/", views_reservations.AvailabilityView.as_view(), name="availability"),
-    path("usage/", views_billing.UsageView.as_view(), name="usage"),
-    path("usage/csv/", views_billing.UsageCsvView.as_view(), name="usage-csv"),
-    path("vouchers/redeem/", views_payments.VoucherRedeemView.as_view(), name="voucher-redeem"),
-    path("auto-topup/", views_payments.AutoTopUpView.as_view(), name="auto-topup"),
-    path("auto-topup/card/", views_payments.AutoTopUpCardView.as_view(), name="auto-topup-card"),
+    *(pattern for resource in RESOURCES for pattern in resource.urlpatterns),
     *router.urls,
 ]
 

@@ -13,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from gpurental.api.serializers_groups import (
+from gpurental.api.groups.serializers import (
     EXAMPLE_HCL,
     group_price,
     replica_rows,

@@ -7,8 +7,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from gpurental.accounts.services import api_key_create
-from gpurental.api import views
 from gpurental.api.idempotency import KEY_TTL, PENDING_TIMEOUT, idempotency_keys_purge
+from gpurental.api.instances import views
 from gpurental.api.models import IdempotencyKey
 from gpurental.rentals.models import Instance
 from tests.api.conftest import assert_error

@@ -19,7 +19,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 
-from gpurental.api import serializers_billing as s
+from gpurental.api.billing import serializers as s
 from gpurental.api.lookups import LookupMixin
 from gpurental.billing.models import Invoice, InvoiceLine
 from gpurental.billing.pricing import local_month

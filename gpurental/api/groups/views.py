@@ -15,7 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from gpurental.api import serializers_groups as s
+from gpurental.api.groups import serializers as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.groups import specs

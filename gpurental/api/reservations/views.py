@@ -19,11 +19,11 @@ from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
-from gpurental.api import serializers_reservations as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.instances.serializers import InstanceDetailSerializer
+from gpurental.api.instances.views import instances_for
 from gpurental.api.lookups import UUID_RE, LookupMixin
-from gpurental.api.serializers import InstanceDetailSerializer
-from gpurental.api.views import instances_for
+from gpurental.api.reservations import serializers as s
 from gpurental.billing.pricing import RESERVED
 from gpurental.catalog.models import GPUModel
 from gpurental.rentals import selectors as rental_selectors

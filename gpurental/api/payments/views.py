@@ -16,9 +16,9 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpurental.api import serializers_payments as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import UUID_RE, LookupMixin
+from gpurental.api.payments import serializers as s
 from gpurental.billing.models import Payment
 from gpurental.billing.payments import PaymentUnavailable
 from gpurental.billing.pricing import quantize_money

@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from gpurental.api.catalog.serializers import GpuChoiceSerializer, gpu_model_named, image_named
 from gpurental.api.fields import (
     AwareDateTimeField,
     CurrencyField,
@@ -17,13 +18,9 @@ from gpurental.api.fields import (
     hours_field,
     money_field,
 )
-from gpurental.api.serializers import GpuChoiceSerializer, gpu_model_named, image_named
 from gpurental.billing.pricing import quantize_money
 from gpurental.catalog.models import GPUModel, ImageTemplate
-from gpurental.rentals.models import (
-    Reservation,
-    ReservationEvent,
-)
+from gpurental.rentals.models import Reservation, ReservationEvent
 from gpurental.rentals.services.reservations import refund_for
 
 

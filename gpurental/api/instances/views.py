@@ -1,38 +1,28 @@
-"""The REST API, v1. Thin: parse, call one service or selector, shape the answer.
+"""Instances over the API: launch, watch (a long-poll), stop, start, restart, connect,
+terminate. Thin: parse, call one service or selector, shape the answer.
 
-Visibility: a customer sees only their own instances and API keys; staff see every
-instance (API keys stay private to their owner, even for staff: they are credentials,
-and the back-office revokes them). Anything else is a 404, worded the same whether the
-object does not exist or belongs to someone else, so nothing leaks its existence.
+Visibility: a customer sees their own instances (or their team's, acting for it); staff
+see every instance, but only its owner gets in (connect). Anything else is a 404, worded
+the same whether the instance does not exist or belongs to someone else.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Prefetch, Q
-from django.utils import timezone
+from django.db.models import Prefetch
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from drf_spectacular.utils import (
-    OpenApiExample,
-    OpenApiResponse,
-    extend_schema,
-)
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.generics import GenericAPIView
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
-from gpurental.accounts.models import ApiKey
-from gpurental.accounts.services import ApiKeyRefused, api_key_create, api_key_revoke
-from gpurental.api import serializers as s
 from gpurental.api.errors import TooMany
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
-from gpurental.api.lookups import SLUG_RE, UUID_RE, LookupMixin, PersonalMixin
-from gpurental.billing.selectors import balance_status
-from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.api.instances import serializers as s
+from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.gateway import routes, tickets
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.events import WAIT_ENDS, wait_for_status, wait_slot
@@ -45,51 +35,7 @@ from gpurental.rentals.services.lifecycle import (
     instance_stop,
     instance_terminate,
 )
-from gpurental.teams.acting import account_of, role_of
-from gpurental.teams.models import Team
-
-# --- catalog ------------------------------------------------------------------
-
-
-@extend_schema(tags=["catalog"])
-class GPUModelViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
-    """GPU models with their specs and how many are free now."""
-
-    noun = gettext_lazy("GPU model")
-    serializer_class = s.GPUModelSerializer
-    lookup_field = "slug"
-    lookup_value_regex = SLUG_RE
-    queryset = GPUModel.objects.annotate(
-        gpus_total=Count("gpus", filter=Q(gpus__is_enabled=True))
-    ).order_by("memory_gb", "name")
-
-    def get_serializer_context(self):
-        return {**super().get_serializer_context(), "now": timezone.now()}
-
-
-@extend_schema(tags=["catalog"])
-class PlanViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
-    """Plans on offer: N GPUs of a model with CPU, memory and disk, at an hourly rate."""
-
-    noun = gettext_lazy("plan")
-    serializer_class = s.PlanSerializer
-    lookup_field = "slug"
-    lookup_value_regex = SLUG_RE
-    queryset = Plan.objects.filter(is_active=True).select_related("gpu_model")
-
-
-@extend_schema(tags=["catalog"])
-class ImageViewSet(LookupMixin, viewsets.ReadOnlyModelViewSet):
-    """Container images to launch (JupyterLab with a framework)."""
-
-    noun = gettext_lazy("image")
-    serializer_class = s.ImageSerializer
-    lookup_field = "slug"
-    lookup_value_regex = SLUG_RE
-    queryset = ImageTemplate.objects.filter(is_active=True)
-
-
-# --- instances ----------------------------------------------------------------
+from gpurental.teams.acting import account_of
 
 
 def _instance_action(summary: str):
@@ -321,137 +267,3 @@ class InstanceViewSet(
     @idempotent
     def terminate(self, request, pk=None):
         return self._detail(instance_terminate(instance=self.get_object(), actor=request.user))
-
-
-# --- account ------------------------------------------------------------------
-
-
-def _forget_secret(body: dict) -> dict:
-    # The raw key is shown once and never stored, not even for an idempotent replay.
-    return {**body, "key": None}
-
-
-@extend_schema(tags=["account"])
-class ApiKeyViewSet(
-    PersonalMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.DestroyModelMixin,
-    viewsets.GenericViewSet,
-):
-    """Your API keys. The key itself is shown once, when it is created."""
-
-    scope_area = "account"
-    team_key_ok = True  # a team's key sees and makes keys for that team only
-    model = ApiKey
-    noun = gettext_lazy("API key")
-    serializer_class = s.ApiKeySerializer
-
-    def get_queryset(self):
-        keys = super().get_queryset()
-        creator = self.request.auth
-        if isinstance(creator, ApiKey) and creator.team_id is not None:
-            keys = keys.filter(team_id=creator.team_id)
-        return keys
-
-    @extend_schema(
-        summary="Create an API key (the response is the only time the key is shown)",
-        request=s.ApiKeyCreateSerializer,
-        responses={201: s.ApiKeyCreatedSerializer},
-        parameters=[IDEMPOTENCY_KEY],
-    )
-    @idempotent(redact=_forget_secret)
-    def create(self, request, *args, **kwargs):
-        form = s.ApiKeyCreateSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        data = form.validated_data
-        scopes = data.get("scopes")
-        creator = request.auth if isinstance(request.auth, ApiKey) else None
-        if creator is not None:
-            scopes = creator.scopes if scopes is None else scopes
-            beyond = sorted(set(scopes) - set(creator.scopes))
-            if beyond:
-                raise ValidationError(
-                    {
-                        "scopes": [
-                            _("this key has no %(scopes)s scope to give")
-                            % {"scopes": ", ".join(beyond)}
-                        ]
-                    }
-                )
-        team = None
-        if creator is not None and creator.team_id is not None:
-            # A key made for a team (a CI's, say) makes keys for that team and no other
-            # account: not its holder's own, not another team of theirs.
-            if data.get("team") != creator.team.slug:
-                raise ValidationError(
-                    {
-                        "team": [
-                            _(
-                                "this key acts for the team %(team)s: it makes keys for it "
-                                'only (send "team": "%(team)s")'
-                            )
-                            % {"team": creator.team.slug}
-                        ]
-                    }
-                )
-            team = creator.team
-        elif data.get("team"):
-            team = Team.objects.filter(slug=data["team"], memberships__user=request.user).first()
-            if team is None:
-                raise ValidationError(
-                    {
-                        "team": [
-                            _("you are not a member of a team %(team)r") % {"team": data["team"]}
-                        ]
-                    }
-                )
-        try:
-            key, raw = api_key_create(
-                user=request.user,
-                name=data["name"],
-                scopes=scopes,
-                expires_at=data["expires_at"],
-                team=team,
-            )
-        except ApiKeyRefused as exc:
-            raise ValidationError({exc.field: [exc.message]}) from exc
-        key.key = raw
-        return Response(s.ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
-
-    @extend_schema(
-        summary="Revoke an API key (it stays listed, with revoked_at)",
-        responses={204: OpenApiResponse(description="Revoked")},
-    )
-    def destroy(self, request, *args, **kwargs):
-        api_key_revoke(key=self.get_object(), actor=request.user)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-@extend_schema(tags=["account"])
-class MeView(GenericAPIView):
-    """Who you are: balance (and whether it runs low), quota and GPUs in use."""
-
-    scope_area = "account"
-
-    serializer_class = s.MeSerializer
-    pagination_class = None
-
-    def get(self, request, *args, **kwargs):
-        user, account = request.user, account_of(request)
-        money = balance_status(user=account)
-        data = {
-            "email": user.email,
-            "full_name": user.full_name,
-            "balance": money.balance,
-            "gpu_quota": account.gpu_quota,
-            "gpus_in_use": rental_selectors.gpus_held_by(user=account),
-            "credit_limit": money.credit_limit,
-            "hourly_burn": money.hourly_burn,
-            "hours_left": money.hours_left,
-            "low_balance": money.low,
-            "is_staff": user.is_staff,
-            "team": account.team.slug if account.pk != user.pk else None,
-            "team_role": role_of(request) if account.pk != user.pk else None,
-        }
-        return Response(s.MeSerializer(data).data)

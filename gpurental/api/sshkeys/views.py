@@ -12,9 +12,9 @@ from rest_framework.response import Response
 from gpurental.accounts.models import SSHKey
 from gpurental.accounts.services import ssh_key_add, ssh_key_delete
 from gpurental.accounts.sshkeys import SSHKeyRefused
-from gpurental.api import serializers_sshkeys as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import PersonalMixin
+from gpurental.api.sshkeys import serializers as s
 
 
 @extend_schema(tags=["account"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
+from gpurental.api.catalog.serializers import image_named
 from gpurental.api.fields import AwareDateTimeField, CurrencyField, amount_field
-from gpurental.api.serializers import image_named
 from gpurental.baremetal import selectors
 from gpurental.baremetal.models import DedicatedPlan, Lease, LeaseEvent
 

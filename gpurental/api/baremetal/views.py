@@ -10,11 +10,11 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from gpurental.api import serializers_baremetal as s
+from gpurental.api.baremetal import serializers as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
+from gpurental.api.instances.serializers import InstanceDetailSerializer
+from gpurental.api.instances.views import instances_for
 from gpurental.api.lookups import UUID_RE, LookupMixin
-from gpurental.api.serializers import InstanceDetailSerializer
-from gpurental.api.views import instances_for
 from gpurental.baremetal import selectors, services
 from gpurental.baremetal.models import DedicatedPlan, Lease
 from gpurental.teams.acting import account_of

@@ -12,9 +12,9 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
-from gpurental.api import serializers_notifications as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import UUID_RE, LookupMixin, OwnedMixin, PersonalMixin
+from gpurental.api.notifications import serializers as s
 from gpurental.notifications import services
 from gpurental.notifications.events import EVENTS
 from gpurental.notifications.models import Notification, WebhookDelivery, WebhookEndpoint

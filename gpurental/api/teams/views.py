@@ -16,8 +16,8 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.response import Response
 
 from gpurental.accounts.models import ApiKey
-from gpurental.api import serializers_teams as s
 from gpurental.api.lookups import UUID_RE
+from gpurental.api.teams import serializers as s
 from gpurental.teams import services
 from gpurental.teams.models import Invitation, Membership, Team
 from gpurental.teams.selectors import role_in

@@ -1,0 +1,1 @@
+"""Your account: who you are (/me/) and your API keys."""

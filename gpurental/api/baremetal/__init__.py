@@ -1,0 +1,1 @@
+"""Dedicated hosts: the plans, and your leases of whole hosts."""

@@ -1,0 +1,1 @@
+"""Billing: your usage per day and your invoices (PDF, CSV)."""

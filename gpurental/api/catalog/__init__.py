@@ -1,0 +1,1 @@
+"""The catalog: GPU models, plans and images (read-only, the same for everyone)."""

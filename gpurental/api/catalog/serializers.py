@@ -1,0 +1,188 @@
+"""Shapes of the catalog (GPU models, plans, images), and the resolvers of their names
+that launches and bookings share: a name the catalog does not know is a 400 listing
+the ones it does."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+from django.utils.translation import gettext as _
+from rest_framework import serializers
+
+from gpurental.api.fields import CurrencyField, LocalTimeField, money_field
+from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
+from gpurental.catalog.selectors import ResolvedImage, image_names_offered, image_resolve
+from gpurental.rentals.selectors import free_gpus
+
+
+def _slug() -> serializers.CharField:
+    # Not a SlugField in the schema: catalog slugs may hold dots ("pytorch-2.1").
+    return serializers.CharField(read_only=True)
+
+
+class GPUModelSerializer(serializers.ModelSerializer):
+    slug = _slug()
+    gpus_total = serializers.IntegerField(read_only=True, help_text="Enabled GPUs in the fleet")
+    gpus_free = serializers.SerializerMethodField(
+        help_text="GPUs free right now on hosts that take new launches"
+    )
+
+    class Meta:
+        model = GPUModel
+        fields = [
+            "slug",
+            "name",
+            "short_name",
+            "memory_gb",
+            "fp16_tflops",
+            "bf16_tflops",
+            "fp32_tflops",
+            "memory_bandwidth_gbs",
+            "interconnect",
+            "nvlink_bandwidth_gbs",
+            "gpus_total",
+            "gpus_free",
+        ]
+
+    def get_gpus_free(self, obj: GPUModel) -> int:
+        hosts = free_gpus(gpu_model=obj, now=self.context["now"])
+        return sum(len(host.free) for host in hosts)
+
+
+class PlanSerializer(serializers.ModelSerializer):
+    slug = _slug()
+    gpu_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    hourly_rate = money_field(help_text="Price per hour for the whole plan")
+    off_peak_rate = money_field(help_text="Hourly price inside the off-peak window")
+    reserved_rate = money_field(help_text="Hourly price of booked (reserved) capacity")
+    off_peak_start = LocalTimeField(read_only=True, help_text="In the operator's time zone")
+    off_peak_end = LocalTimeField(read_only=True, help_text="In the operator's time zone")
+    currency = CurrencyField()
+
+    class Meta:
+        model = Plan
+        fields = [
+            "slug",
+            "name",
+            "gpu_model",
+            "gpu_count",
+            "vcpus",
+            "memory_gb",
+            "disk_gb",
+            "hourly_rate",
+            "off_peak_discount",
+            "off_peak_start",
+            "off_peak_end",
+            "off_peak_rate",
+            "reserved_discount",
+            "reserved_rate",
+            "currency",
+        ]
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    slug = _slug()
+    aliases = serializers.SlugRelatedField(
+        slug_field="name",
+        many=True,
+        read_only=True,
+        help_text="Other names a launch may use for this image (pytorch-2.1)",
+    )
+
+    class Meta:
+        model = ImageTemplate
+        fields = ["slug", "name", "description", "port", "aliases"]
+
+
+def _choices(values) -> str:
+    return ", ".join(values) or _("none")
+
+
+def gpu_model_named(value: str) -> GPUModel:
+    """The GPU model with this slug or short name, any case; else a ValidationError."""
+    matches = list(GPUModel.objects.filter(Q(slug__iexact=value) | Q(short_name__iexact=value)))
+    by_slug = [m for m in matches if m.slug.lower() == value.lower()]
+    if by_slug:
+        return by_slug[0]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise serializers.ValidationError(
+            _("%(value)r matches several GPU models; use a slug: %(slugs)s")
+            % {"value": value, "slugs": _choices(sorted(m.slug for m in matches))}
+        )
+    known = [f"{m.slug} ({m.short_name})" for m in GPUModel.objects.order_by("slug")]
+    raise serializers.ValidationError(
+        _("unknown GPU model %(value)r; choose one of: %(known)s")
+        % {"value": value, "known": _choices(known)}
+    )
+
+
+def image_resolved(value: str) -> ResolvedImage:
+    """The template a slug or an alias names (``catalog.selectors.image_resolve``)."""
+    resolved = image_resolve(value)
+    if resolved is None:
+        raise serializers.ValidationError(
+            _("unknown image %(value)r; choose one of: %(known)s")
+            % {"value": value, "known": _choices(image_names_offered())}
+        )
+    return resolved
+
+
+def image_named(value: str) -> ImageTemplate:
+    return image_resolved(value).template
+
+
+class GpuChoiceSerializer(serializers.Serializer):
+    """Either ``plan``, or ``gpu_model`` (+ ``gpu_count``): what instances and
+    reservations are made of."""
+
+    gpu_model = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="GPU model slug or short name, any case (e.g. A10G)",
+    )
+    gpu_count = serializers.IntegerField(
+        required=False, min_value=1, max_value=64, help_text="With gpu_model; default 1"
+    )
+    plan = serializers.CharField(
+        required=False, max_length=64, help_text="Plan slug; fixes the GPU model and count"
+    )
+
+    def validate_gpu_model(self, value: str) -> GPUModel:
+        return gpu_model_named(value)
+
+    def validate_plan(self, value: str) -> Plan:
+        plan = Plan.objects.select_related("gpu_model").filter(slug=value).first()
+        if plan is None:
+            offered = Plan.objects.filter(is_active=True).order_by("slug")
+            raise serializers.ValidationError(
+                _("unknown plan %(value)r; choose one of: %(known)s")
+                % {"value": value, "known": _choices(offered.values_list("slug", flat=True))}
+            )
+        return plan
+
+    def validate(self, attrs: dict) -> dict:
+        if "plan" in attrs:
+            for other in ("gpu_model", "gpu_count"):
+                if other in attrs:
+                    raise serializers.ValidationError(
+                        {
+                            other: [
+                                _("a plan fixes the GPU model and count; send plan or %(field)s")
+                                % {"field": other}
+                            ]
+                        }
+                    )
+        elif "gpu_model" not in attrs:
+            raise serializers.ValidationError(
+                {"gpu_model": [_("send a gpu_model (with a gpu_count) or a plan")]}
+            )
+        return attrs
+
+    def plan_kwargs(self) -> dict:
+        data = self.validated_data
+        return {
+            "plan": data.get("plan"),
+            "gpu_model": data.get("gpu_model"),
+            "gpu_count": data.get("gpu_count"),
+        }

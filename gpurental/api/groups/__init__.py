@@ -1,0 +1,1 @@
+"""Elastic groups: a spec applied, quoted, read and deleted."""

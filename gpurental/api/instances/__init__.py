@@ -1,0 +1,1 @@
+"""Instances: GPU containers to launch, watch, stop, start, connect to and terminate."""

@@ -1,0 +1,1 @@
+"""Notifications: webhook endpoints and their deliveries, notifications sent, preferences."""

@@ -1,0 +1,1 @@
+"""Payments: top-ups, vouchers and automatic top-up."""

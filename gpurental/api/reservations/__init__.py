@@ -1,0 +1,1 @@
+"""Reservations: GPUs booked ahead for a period, and the availability to book."""

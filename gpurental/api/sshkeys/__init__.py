@@ -1,0 +1,1 @@
+"""Your SSH public keys, for the SSH gateway."""

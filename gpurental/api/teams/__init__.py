@@ -1,0 +1,1 @@
+"""Teams: yours, their members and invitations."""
