@@ -108,8 +108,10 @@ def map_query(context, query):
     invalid timeout stays as generated, to be refused)."""
     if not isinstance(query, dict) or "wait_for" not in query:
         return query
+    timeout = query.get("timeout", "")
     try:
-        too_long = float(query.get("timeout", 60)) > 0.1
+        # An empty value is no value: the API waits its default, 60 s.
+        too_long = timeout == "" or float(timeout) > 0.1
     except (TypeError, ValueError):
         too_long = False
     return {**query, "timeout": 0.1} if too_long else query
