@@ -18,7 +18,7 @@ from gpurental.rentals.services.lifecycle import (
     instance_report_running,
 )
 from tests.api.conftest import assert_error
-from tests.api.test_instance_long_poll import Waiter
+from tests.api.instances.test_instance_long_poll import Waiter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
