@@ -22,10 +22,11 @@ from gpurental.teams.acting import account_of
 
 @extend_schema(tags=["dedicated hosts"])
 class DedicatedPlanViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    LookupMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     """Whole hosts offered for lease, priced per hour for the host."""
 
+    noun = gettext_lazy("dedicated plan")
     serializer_class = s.DedicatedPlanSerializer
     lookup_field = "slug"
     pagination_class = None
