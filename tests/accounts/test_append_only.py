@@ -12,6 +12,8 @@ from gpurental.billing.services import credit_add
 from gpurental.rentals.models import InstanceEvent
 from tests.factories import InstanceFactory
 
+pytestmark = pytest.mark.backend  # triggers and check constraints in PostgreSQL
+
 
 @pytest.mark.django_db
 def test_audit_events_cannot_be_changed_or_deleted(alice):

@@ -28,6 +28,7 @@ def attempt(client, email, password, ip="198.51.100.7"):
     return client.post(LOGIN, {"username": email, "password": password}, REMOTE_ADDR=ip)
 
 
+@pytest.mark.backend
 def test_an_account_is_locked_after_the_limit_even_with_the_right_password(client, alice):
     alice.set_password("the-right-one")
     alice.save()
@@ -45,6 +46,7 @@ def test_an_account_is_locked_after_the_limit_even_with_the_right_password(clien
     assert {e.changes["username"] for e in failed} == {alice.email}
 
 
+@pytest.mark.backend
 def test_the_lockout_is_the_same_for_an_account_that_does_not_exist(client, alice):
     answers = {}
     for email in (alice.email, "nobody@example.com"):
@@ -56,6 +58,7 @@ def test_the_lockout_is_the_same_for_an_account_that_does_not_exist(client, alic
     assert without_csrf(mine.text) == without_csrf(nobodys.text)
 
 
+@pytest.mark.backend
 def test_one_address_trying_many_accounts_is_locked(client, alice, bob):
     for email in ("a@example.com", "b@example.com", "c@example.com"):
         attempt(client, email, "wrong", ip="192.0.2.50")
@@ -71,6 +74,7 @@ def test_a_login_is_recorded_with_its_address(client, alice):
     assert event.actor == alice and event.ip_address == "198.51.100.23"
 
 
+@pytest.mark.backend
 def test_password_resets_are_throttled_without_saying_so(client, alice):
     for _ in range(5):
         response = client.post("/password/reset/", {"email": alice.email}, REMOTE_ADDR="192.0.2.9")

@@ -17,7 +17,7 @@ from django.conf import settings
 from gpurental.agent.sampler import host_group, latest_key
 from gpurental.testing.agent_process import AgentProcess, wait_for
 
-pytestmark = pytest.mark.slow  # an agent process
+pytestmark = [pytest.mark.slow, pytest.mark.backend]  # an agent process, the channel layer
 
 
 def test_the_agent_process_streams_samples_and_says_so(tmp_path):

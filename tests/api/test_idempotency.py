@@ -155,6 +155,7 @@ def test_expired_keys_are_forgotten_and_purged(as_alice, node, image):
     assert Instance.objects.count() == 2
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_duplicate_does_not_run_the_launch_twice(alice, node, image, sent, monkeypatch):
     """The second request arrives while the first is still inside instance_launch."""

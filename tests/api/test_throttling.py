@@ -19,6 +19,7 @@ def fresh_user_counters(alice, bob):
     )
 
 
+@pytest.mark.backend
 def test_over_the_rate_is_429_with_retry_after(as_alice, settings):
     settings.API_THROTTLE_RATE = "3/min"
     for _ in range(3):
@@ -30,6 +31,7 @@ def test_over_the_rate_is_429_with_retry_after(as_alice, settings):
     assert f"retry in {retry_after} seconds" in error["message"]
 
 
+@pytest.mark.backend
 def test_each_api_key_has_its_own_budget(as_alice, client_for, alice, settings):
     settings.API_THROTTLE_RATE = "2/min"
     other_key = client_for(alice)
@@ -39,6 +41,7 @@ def test_each_api_key_has_its_own_budget(as_alice, client_for, alice, settings):
     assert other_key.get("/api/v1/me/").status_code == 200
 
 
+@pytest.mark.backend
 def test_sessions_are_limited_per_user(alice, bob, settings, fresh_user_counters):
     settings.API_THROTTLE_RATE = "2/min"
     alices, bobs = APIClient(), APIClient()

@@ -84,6 +84,7 @@ def test_only_hosts_the_operator_offers_and_of_the_plan_s_exact_size_are_leased(
         services.lease_book(user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW)
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_on_demand_launches_and_a_lease_never_share_the_host(
     whole_host_plan, one_gpu_plan, leasable, image, sent
@@ -128,6 +129,7 @@ def test_concurrent_on_demand_launches_and_a_lease_never_share_the_host(
     _assert_no_gpu_held_twice()
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_on_demand_launches_on_a_leased_host_are_all_refused(
     whole_host_plan, one_gpu_plan, leasable, image, sent
@@ -159,6 +161,7 @@ def test_concurrent_on_demand_launches_on_a_leased_host_are_all_refused(
 # --- the database refuses overlapping leases -----------------------------------------
 
 
+@pytest.mark.backend
 def test_overlapping_leases_of_one_host_are_refused_by_the_database(
     alice, bob, whole_host_plan, leasable
 ):

@@ -177,6 +177,7 @@ def test_below_the_threshold_the_saved_card_is_charged_and_the_webhook_credits(
     assert "visa ending 4242" in page and "$50.00 of $120.00 taken" in page
 
 
+@pytest.mark.backend
 def test_the_monthly_cap_is_never_passed_and_a_new_month_starts_again(client, stripe_api, alice):
     save_card(client, alice, stripe_api)
     turn_on(alice, amount="50.00", cap="120.00")
@@ -224,6 +225,7 @@ def test_lowering_the_cap_below_what_was_taken_stops_the_month_without_undoing_i
     assert auto_topup_run(now=NOV) == 0
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_two_checks_at_once_make_one_payment_and_one_charge(stripe_api, alice):
     row = AutoTopUp.objects.create(

@@ -120,6 +120,7 @@ def test_issued_invoices_get_gap_free_numbers_per_series_and_year(october, funde
     assert AuditEvent.objects.filter(action="invoice.issue").count() == 4
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_issuing_from_many_threads_skips_and_repeats_no_number():
     drafts = [
@@ -168,6 +169,7 @@ def test_services_refuse_to_change_an_issued_invoice(
     assert line_table(same) == line_table(october)
 
 
+@pytest.mark.backend
 @pytest.mark.parametrize(
     "change",
     [
@@ -191,6 +193,7 @@ def test_the_database_refuses_raw_updates_of_an_issued_invoice(october, change):
     )
 
 
+@pytest.mark.backend
 def test_the_database_refuses_raw_changes_to_lines_of_an_issued_invoice(october):
     issued = invoice_issue(invoice=october, now=ISSUE_DAY)
     line = issued.lines.first()
@@ -214,6 +217,7 @@ def test_the_database_refuses_raw_changes_to_lines_of_an_issued_invoice(october)
     assert issued.lines.count() == 3
 
 
+@pytest.mark.backend
 def test_a_draft_cannot_be_issued_with_a_total_other_than_its_lines(october):
     with pytest.raises(IntegrityError, match="total equal to its lines"), transaction.atomic():
         Invoice.objects.filter(pk=october.pk).update(
@@ -221,6 +225,7 @@ def test_a_draft_cannot_be_issued_with_a_total_other_than_its_lines(october):
         )
 
 
+@pytest.mark.backend
 def test_issued_invoices_may_only_be_paid_or_voided_once(october, carol):
     issued = invoice_issue(invoice=october, now=ISSUE_DAY)
     issued.save()  # saving it unchanged is harmless

@@ -73,6 +73,7 @@ def test_running_the_meter_twice_charges_once(berlin, funded, plan, make_host, r
     assert Charge.objects.filter(instance=instance).count() == 1
 
 
+@pytest.mark.backend
 def test_a_watermark_behind_its_charges_cannot_charge_twice(
     berlin, funded, plan, make_host, run_instance
 ):
@@ -214,6 +215,7 @@ def test_a_restart_in_place_keeps_billing(berlin, funded, plan, make_host, run_i
     assert about(charged(instance), Decimal(3583) * 4 / 3600)  # 10:00:17 → 11:00:00
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_meters_in_many_threads_charge_each_minute_exactly_once(
     berlin, funded, plan, make_host, run_instance

@@ -176,6 +176,7 @@ def test_a_replayed_or_duplicated_event_credits_once(client, stripe_api, alice):
     assert LedgerEntry.objects.filter(user=alice).count() == 1
 
 
+@pytest.mark.backend
 def test_the_database_refuses_a_second_row_for_one_event(alice):
     PaymentEvent.objects.create(
         provider="stripe", event_id="evt_1", event_type="x", outcome="ignored"

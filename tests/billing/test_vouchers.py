@@ -61,6 +61,7 @@ def test_redeeming_adds_voucher_credit_once_per_account(alice):
     assert AuditEvent.objects.filter(action="voucher.redeem").count() == 1
 
 
+@pytest.mark.backend
 def test_the_database_allows_one_redemption_per_account_and_voucher(alice):
     voucher_redeem(user=alice, code=make_voucher().code, now=T0)
     redemption = VoucherRedemption.objects.get()
@@ -117,6 +118,7 @@ def test_a_first_top_up_voucher_is_fine_for_an_account_that_never_paid(alice):
     assert voucher_redeem(user=alice, code="welcome", now=T0).created
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_two_accounts_racing_for_the_last_use_get_it_once():
     voucher = make_voucher("LAST", max_uses=1)

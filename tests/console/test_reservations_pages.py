@@ -267,6 +267,7 @@ def test_pages_need_a_login(client, booked):
     assert client.post(reverse("reservation_cancel", args=[booked.pk])).status_code == 302
 
 
+@pytest.mark.backend
 def test_the_same_form_sent_twice_books_and_charges_once(client, alice, a100, image, node):
     client.force_login(alice)
     nonce = client.get(reverse("reservations")).text.split('name="nonce" value="', 1)[1][:22]

@@ -63,6 +63,7 @@ def test_a_registered_address_gets_the_same_answer_and_its_owner_a_notice(client
     assert User.objects.filter(email__iexact="alice@example.com").count() == 1
 
 
+@pytest.mark.backend
 def test_sign_ups_from_one_address_are_throttled_without_saying_so(client, db, settings):
     settings.SIGNUPS_PER_HOUR = 2
     answers = [sign_up(client, f"n{i}@example.com", ip="192.0.2.77") for i in range(4)]

@@ -281,6 +281,7 @@ def test_what_only_the_platform_may_say_is_replaced_not_passed_on_to_replicas(gr
     asyncio.run(scenario())
 
 
+@pytest.mark.backend
 def test_a_deleted_group_stops_answering_at_once(group, alice_key):
     async def scenario():
         upstream = await Upstream("r1").start()
@@ -341,6 +342,7 @@ def test_requests_spread_by_least_outstanding_and_the_load_is_reported(group, al
     asyncio.run(scenario())
 
 
+@pytest.mark.backend
 def test_requests_wait_while_there_is_no_replica_and_go_out_when_one_appears(group, alice_key):
     woken: list[str] = []
 
@@ -428,6 +430,7 @@ def test_a_full_queue_answers_503_with_retry_after(group, alice_key):
     asyncio.run(scenario())
 
 
+@pytest.mark.backend
 def test_a_draining_replica_gets_no_new_requests_but_finishes_its_own(group, alice_key):
     async def scenario():
         old, new = await Upstream("old").start(), await Upstream("new").start()

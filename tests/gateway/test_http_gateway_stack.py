@@ -143,6 +143,7 @@ def test_the_owner_gets_in_with_a_one_time_link_and_runs_a_cell_over_the_gateway
     assert result["data"]["text/plain"] == "2"
 
 
+@pytest.mark.backend
 def test_nobody_else_gets_in_and_a_stop_closes_the_door_at_once(
     gateway, agent, catalog, alice, bob
 ):

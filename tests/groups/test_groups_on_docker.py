@@ -106,6 +106,7 @@ def reasons(group, kind):
     return list(group.events.filter(kind=kind).values_list("reason", flat=True))
 
 
+@pytest.mark.backend
 def test_from_zero_requests_wait_then_a_queue_scales_out_then_a_drain_loses_nothing(make_group):
     group, endpoint, _ = make_group(
         min_nodes=0,

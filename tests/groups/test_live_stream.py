@@ -23,6 +23,7 @@ def group(alice, a10, serving_echo, group_catalog, make_host, sent):
     return group_apply(user=alice, source=SPEC).group
 
 
+@pytest.mark.backend
 def test_the_owner_gets_the_snapshot_then_each_tick_as_it_is_recorded(alice, group):
     group_tick(group_id=group.pk)  # one sample already recorded before the page opens
 
@@ -40,6 +41,7 @@ def test_the_owner_gets_the_snapshot_then_each_tick_as_it_is_recorded(alice, gro
     assert frame["replicas"] == snapshot["replicas"]
 
 
+@pytest.mark.backend
 def test_a_tick_that_scales_sends_its_event(alice, group):
     connected, (snapshot, frame) = watch(
         alice, f"/ws/groups/{group.pk}/", then=lambda: group_tick(group_id=group.pk)

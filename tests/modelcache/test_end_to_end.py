@@ -21,7 +21,7 @@ from gpurental.testing.agent_process import AgentProcess, wait_for
 from tests.modelcache.conftest import tiny_model
 from tests.stack import remove_leftovers
 
-pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True), pytest.mark.backend]
 
 REPO = "acme/tiny-bert"
 

@@ -30,6 +30,7 @@ def scrape(client, carol):
     return parse(client.get("/metrics").content.decode())[1]
 
 
+@pytest.mark.backend
 def test_a_hosts_queue_shows_its_waiting_command_and_its_age(client, carol, a100, make_host):
     host = make_host(f"q-{uuid.uuid4().hex[:8]}", a100, count=1)
     queue = host.queue

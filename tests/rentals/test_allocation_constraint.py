@@ -8,6 +8,8 @@ from django.db import IntegrityError, transaction
 from gpurental.rentals.models import Allocation
 from tests.factories import AllocationFactory, GPUFactory, InstanceFactory, period
 
+pytestmark = pytest.mark.backend  # PostgreSQL's exclusion and check constraints
+
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 

@@ -11,7 +11,7 @@ from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services.lifecycle import instance_launch
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend]
 
 
 def _launch_all(users, image, model, count):

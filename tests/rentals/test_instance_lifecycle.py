@@ -241,6 +241,7 @@ def test_stop_on_an_unreachable_host_finishes_at_once(running, run, alice):
     assert running.status == S.STOPPED and "unreachable" in running.status_reason
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_progress_steps_reach_the_instance_channel_group_live(alice, a100, make_host, image, sent):
     from asgiref.sync import async_to_sync

@@ -53,6 +53,7 @@ def jupyter(instance, path, token=None, method="GET", body=None):
         return exc.code, exc.read()
 
 
+@pytest.mark.backend
 def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, alice, docker_client):
     model, image = catalog
     instance = lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1)

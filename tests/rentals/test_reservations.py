@@ -454,6 +454,7 @@ def test_the_month_invoice_has_a_line_per_reservation_less_refunds(
     assert invoice.total == Decimal("16.00")
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_many_simultaneous_bookings_never_book_more_gpus_than_exist(one, image, make_host, h100):
     make_host("node1", h100, count=4, last_heartbeat_at=NOW)

@@ -5,6 +5,7 @@ import asyncio
 import dataclasses
 
 import aiohttp
+import pytest
 
 from gpurental.gateway import routes
 from gpurental.rentals.events import state_channel, state_redis
@@ -45,6 +46,7 @@ def test_the_gateway_lets_in_an_operators_session_and_nobody_elses():
     run(scenario)
 
 
+@pytest.mark.backend
 def test_a_removed_members_open_websocket_closes_when_the_gateway_reads_the_route_again():
     async def scenario(s):
         table = s.route
@@ -77,6 +79,7 @@ def test_a_removed_members_open_websocket_closes_when_the_gateway_reads_the_rout
     run(scenario)
 
 
+@pytest.mark.backend
 def test_removing_a_member_wakes_the_gateway_for_the_teams_running_instances(
     team, alice, erin, a100, image, node, sent, settings, django_capture_on_commit_callbacks
 ):

@@ -37,6 +37,7 @@ def test_a_taken_slug_is_refused_naming_the_field(team, bob):
     assert refused.value.field == "slug" and "taken" in refused.value.message
 
 
+@pytest.mark.backend
 def test_one_membership_per_person_and_known_roles_only(team, alice, bob):
     with pytest.raises(IntegrityError), transaction.atomic():
         Membership.objects.create(team=team, user=alice, role="member")
@@ -117,6 +118,7 @@ def test_an_expired_or_revoked_invitation_is_refused(team, alice):
     assert not Membership.objects.filter(team=team, user=invitee).exists()
 
 
+@pytest.mark.backend
 def test_every_change_writes_its_event_and_events_are_append_only(team, alice, erin):
     row = Membership.objects.get(team=team, user=erin)
     services.role_change(membership=row, role="viewer", actor=alice)
@@ -131,6 +133,7 @@ def test_every_change_writes_its_event_and_events_are_append_only(team, alice, e
         TeamEvent.objects.filter(pk=event.pk).update(kind="created")
 
 
+@pytest.mark.backend
 @pytest.mark.django_db(transaction=True)
 def test_two_owners_demoting_each_other_at_once_leave_one_owner():
     alice, dave = UserFactory(email="alice@example.com"), UserFactory(email="dave@example.com")

@@ -5,9 +5,12 @@ import asyncio
 import dataclasses
 
 import aiohttp
+import pytest
 
 from gpurental.rentals.events import state_channel, state_redis
 from tests.gateway.test_security_review import CLOSED, run
+
+pytestmark = pytest.mark.backend  # the gateway is woken over Redis pub/sub
 
 MEMBER, OUTSIDER = 42, 43
 

@@ -11,7 +11,7 @@ from gpurental.teams import services
 from gpurental.teams.models import Invitation, Membership, Team
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend]
 
 
 def test_accepting_and_withdrawing_one_invitation_at_once_both_answer():

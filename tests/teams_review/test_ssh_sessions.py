@@ -9,6 +9,7 @@ import contextlib
 import uuid
 
 import asyncssh
+import pytest
 
 from gpurental.gateway import sshd, sshkeys
 from gpurental.gateway.sshroutes import Upstream
@@ -26,6 +27,7 @@ async def _cat(process):
     process.exit(0)
 
 
+@pytest.mark.backend
 def test_a_removed_members_open_ssh_session_ends(tmp_path, monkeypatch, settings):
     """Found by this review (fixed in bb0ebad), a leak: the SSH gateway asks ``ssh_login`` (the
     owner's keys, and for a team's instance the keys of its members with role member or

@@ -5,6 +5,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 
+@pytest.mark.backend
 @pytest.mark.skipif(
     settings.CHANNEL_LAYER_BACKEND != "core", reason="only the core layer blocks in BZPOPMIN"
 )

@@ -22,6 +22,7 @@ def _run(user, path, *, then=None):
     return watch(user, path, then=then, frames=2)
 
 
+@pytest.mark.backend
 def test_owner_gets_a_snapshot_then_live_events(alice, instance):
     def progress():
         lc.instance_report_progress(

@@ -22,7 +22,7 @@ from gpurental.telemetry.consumers import (
 from gpurental.telemetry.feed import FleetFeed, fleet_feed
 from tests.telemetry.conftest import host_message
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend]
 
 
 def _communicator(user, path):

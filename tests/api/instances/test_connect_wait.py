@@ -49,6 +49,7 @@ def answer_of(waiter: Connecting):
     return waiter.response
 
 
+@pytest.mark.backend
 def test_the_link_comes_when_the_instance_starts_running(as_alice, launched):
     waiter = connecting(as_alice, launched)
 
@@ -74,6 +75,7 @@ def test_a_running_instance_gets_its_link_at_once(as_alice, running):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.backend
 def test_the_wait_times_out_with_a_conflict_naming_the_current_status(as_alice, launched):
     instance_report_progress(
         instance_id=str(launched.pk), step="pulling", message="pulling the image"
@@ -87,6 +89,7 @@ def test_the_wait_times_out_with_a_conflict_naming_the_current_status(as_alice, 
     assert time.monotonic() - started >= 0.5
 
 
+@pytest.mark.backend
 def test_the_wait_ends_with_a_conflict_when_the_launch_fails(as_alice, launched):
     waiter = connecting(as_alice, launched)
 
@@ -169,6 +172,7 @@ def test_without_wait_for_connect_answers_at_once_as_before(as_alice, launched):
     assert "Wait-Outcome" not in answer
 
 
+@pytest.mark.backend
 def test_a_waiting_connect_counts_against_the_long_poll_limit(as_alice, launched, settings):
     settings.API_WAITS_PER_USER = 1
     waiter = connecting(as_alice, launched)

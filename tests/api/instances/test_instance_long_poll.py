@@ -55,6 +55,7 @@ def warnings(monkeypatch):
     return seen
 
 
+@pytest.mark.backend
 def test_the_long_poll_answers_when_the_instance_starts_running(as_alice, launched, warnings):
     waiter = Waiter(as_alice, url(launched, "?wait_for=running&timeout=60"))
     waiter.start()
@@ -93,6 +94,7 @@ def test_without_redis_the_long_poll_falls_back_to_reading_the_database(
     assert any("waiting by polling" in line for line in warnings)
 
 
+@pytest.mark.backend
 def test_the_long_poll_also_ends_when_the_launch_fails(as_alice, launched):
     waiter = Waiter(as_alice, url(launched, "?wait_for=running&timeout=60"))
     waiter.start()
@@ -117,6 +119,7 @@ def test_the_long_poll_answers_at_once_when_the_status_is_already_there(as_alice
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.backend
 def test_the_long_poll_times_out_cleanly_with_the_current_state(as_alice, launched):
     started = time.monotonic()
     response = as_alice.get(url(launched, "?wait_for=running&timeout=0.5"))
@@ -157,6 +160,7 @@ def test_without_wait_for_the_detail_is_as_before(as_alice, launched):
     assert response.status_code == 200 and "Wait-Outcome" not in response
 
 
+@pytest.mark.backend
 def test_one_customer_cannot_keep_more_than_the_limit_of_long_polls_waiting(
     as_alice, launched, settings
 ):
