@@ -42,18 +42,9 @@ test-fast: install
 	$(BIN)/python -m pytest -n auto -q -m "not docker and not browser and not slow" $(PYTEST_ARGS)
 
 # Every bench at a small size: it must still run and print sane figures (never a timing goal).
+# One set of embedded servers, migrated once, for all of them (bench/smoke.py).
 bench-smoke: install
-	$(BIN)/python bench/invoicing.py --smoke
-	$(BIN)/python bench/telemetry.py --smoke
-	$(BIN)/python bench/launch.py --smoke
-	$(BIN)/python bench/gateway.py --smoke
-	$(BIN)/python bench/placement.py --smoke
-	$(BIN)/python bench/api.py --smoke
-	$(BIN)/python bench/fleet.py --smoke
-	$(BIN)/python bench/elastic.py --smoke
-	$(BIN)/python bench/warm_states.py --smoke
-	$(BIN)/python bench/acceptance.py --smoke
-	$(BIN)/python bench/nvml_sampler.py --smoke
+	$(BIN)/python bench/smoke.py
 
 # The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
 client-dist: $(BIN)/python

@@ -1,11 +1,14 @@
 """What every bench shares: its own embedded servers, Django set up on them, percentiles.
 
 A bench never touches real data: ``setup_django`` always starts embedded PostgreSQL and
-Redis in the bench's temp dir, whatever DATABASE_URL / REDIS_URL say.
+Redis in the bench's temp dir, whatever DATABASE_URL / REDIS_URL say. Under
+``make bench-smoke`` (bench/smoke.py) every bench instead gets a fresh database, copied
+from one migrated template, on servers the smoke run started once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -15,13 +18,21 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# Set by bench/smoke.py: the shared servers' DATABASE_URL (of the migrated template) and
+# REDIS_URL, as JSON.
+SHARED_ENV = "GPURENTAL_BENCH_SHARED"
+
 
 def setup_django(var_dir: Path, **env: str) -> dict[str, str]:
     """Embedded servers in ``var_dir``, ``env`` on top of the bench defaults, Django set
     up and migrated. Returns the servers' URLs (DATABASE_URL, REDIS_URL)."""
-    from gpurental import embedded
+    shared = os.environ.get(SHARED_ENV)
+    if shared:
+        urls = database_from_template(json.loads(shared))
+    else:
+        from gpurental import embedded
 
-    urls = embedded.ensure(var_dir)
+        urls = embedded.ensure(var_dir)
     os.environ.update(urls)
     os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex * 2)
     os.environ["DJANGO_SETTINGS_MODULE"] = "gpurental.settings"
@@ -30,10 +41,31 @@ def setup_django(var_dir: Path, **env: str) -> dict[str, str]:
     import django
 
     django.setup()
-    from django.core.management import call_command
+    if not shared:  # a copy of the template is migrated already
+        from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
+        call_command("migrate", verbosity=0)
     return urls
+
+
+def database_from_template(shared: dict[str, str]) -> dict[str, str]:
+    """A new database copied from the shared servers' migrated template, and their Redis
+    emptied (the smoke run's benches take turns): this bench's URLs."""
+    import psycopg
+    import redis
+
+    template = shared["DATABASE_URL"]
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    base, _, query = template.partition("?")
+    template_name = base.rsplit("/", 1)[1]
+
+    def named(database: str) -> str:
+        return base.rsplit("/", 1)[0] + f"/{database}" + (f"?{query}" if query else "")
+
+    with psycopg.connect(named("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"')
+    redis.Redis.from_url(shared["REDIS_URL"]).flushdb()
+    return {"DATABASE_URL": named(name), "REDIS_URL": shared["REDIS_URL"]}
 
 
 def percentile(values: list[float], q: float) -> float:
