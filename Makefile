@@ -33,8 +33,14 @@ demo: install
 	  echo "" && \
 	  exec honcho start -f Procfile -p $${PORT:-8000}'
 
+# The whole suite on two workers (pytest-xdist): the tests with the platform's processes
+# or Chromium run one after another on one worker, the other Docker tests one after
+# another on the other, and the rest fill in (tests/conftest.py). A test marked exclusive
+# (it restarts the Docker Engine or Redis) runs while the other worker waits.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 # The fast tier: unit and database tests, spread over the cores. Leaves out the tests
 # marked docker, browser or slow (processes, live servers); `make test` runs everything.

@@ -117,7 +117,28 @@ def own_cache_keys(settings):
 SLOW_FIXTURES = frozenset({"control_worker", "agent", "web_server", "live_server", "docker_client"})
 
 
+# Under `make test` (pytest -n 2 --dist loadgroup) two groups run one test after another,
+# each on one worker: "stack", the tests with the platform's processes (a control worker,
+# agents, Daphne, gateways) or Chromium, which time out when two of them share 2 cores;
+# and "engine", the other Docker tests, which share the engine's tenant network, its
+# firewall chain and fixed namespace addresses. The rest spread over both workers.
+STACK_FIXTURES = SLOW_FIXTURES - {"docker_client"}
+
+
+def xdist_group_of(item) -> str | None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if STACK_FIXTURES & fixtures or item.get_closest_marker("browser"):
+        return "stack"
+    if "docker_client" in fixtures or item.get_closest_marker("docker"):
+        return "engine"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -3,10 +3,17 @@
 When DATABASE_URL / REDIS_URL are unset, it starts embedded servers in a fresh
 temporary directory before Django's settings load, and stops them (and deletes the
 directory) at the end. With the variables set, the suite runs against those servers.
+
+Under pytest-xdist the controller starts the servers and its workers inherit the URLs;
+each worker has its own test database (pytest-django) and its own Redis database (here).
+A test marked ``exclusive`` (it restarts a server every test shares) runs while no other
+test does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -17,13 +24,21 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 
 _started: Path | None = None
+# For the xdist workers too: the embedded servers' directory (unset with external servers)
+# and the run's lock directory (exclusive tests).
+VAR_DIR_ENV = "GPURENTAL_TEST_VAR_DIR"
+LOCK_DIR_ENV = "GPURENTAL_TEST_LOCK_DIR"
+_lock_dir: Path | None = None
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     # A wrapper runs before pytest-django's own hook, which loads the settings.
-    global _started
+    global _started, _lock_dir
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    if not os.environ.get(LOCK_DIR_ENV):  # the first process of the run (xdist's controller)
+        _lock_dir = Path(tempfile.mkdtemp(prefix="gpurental-test-locks-"))
+        os.environ[LOCK_DIR_ENV] = str(_lock_dir)
     # The test client and test servers speak plain http; production redirects to https.
     os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
     if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
@@ -32,10 +47,24 @@ def pytest_load_initial_conftests(early_config, parser, args):
         var_dir = Path(tempfile.mkdtemp(prefix="gpurental-test-"))
         urls = embedded.ensure(var_dir)
         _started = var_dir
+        os.environ[VAR_DIR_ENV] = str(var_dir)
         for key, value in urls.items():
             os.environ.setdefault(key, value)
+        _throwaway_durability(urls["DATABASE_URL"])
     _own_redis_db_per_xdist_worker()
     return (yield)
+
+
+def _throwaway_durability(database_url: str) -> None:
+    """The test cluster lives for one run: it need not survive a power cut, so commits do
+    not wait for the disk (every transactional test flushes the tables; each commit costs
+    an fsync otherwise). Production and external servers keep their own settings."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def _own_redis_db_per_xdist_worker() -> None:
@@ -61,7 +90,10 @@ def _own_redis_db_per_xdist_worker() -> None:
 
 
 def pytest_unconfigure(config):
-    global _started
+    global _started, _lock_dir
+    if _lock_dir is not None:
+        shutil.rmtree(_lock_dir, ignore_errors=True)
+        _lock_dir = None
     if _started is not None:
         from gpurental import embedded
 
@@ -70,15 +102,47 @@ def pytest_unconfigure(config):
         _started = None
 
 
+# --- a test that must have the machine to itself ----------------------------------------
+# Under xdist (make test) the workers run tests side by side. A test marked ``exclusive``
+# (it restarts the Docker Engine or the shared Redis) waits until no other test runs, and
+# none starts until it ends: every test holds the run's lock shared, an exclusive one holds
+# it alone; a turnstile in front keeps the other workers' next tests from starving it.
+
+
+def _lock_file(name: str):
+    return open(Path(os.environ[LOCK_DIR_ENV]) / name, "a")  # noqa: SIM115 - closed by the caller
+
+
+@pytest.fixture(autouse=True)
+def _exclusive_tests_run_alone(request):
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with (
+        contextlib.closing(_lock_file(".turnstile.lock")) as turnstile,
+        contextlib.closing(_lock_file(".tests.lock")) as tests,
+    ):
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
 def embedded_redis_restart() -> bool:
     """Restart the embedded Redis this run started (it saves and reloads its data, as a
-    Redis with persistence does). False when the run uses an external Redis."""
-    if _started is None:
+    Redis with persistence does); the test calling it is marked ``exclusive``. False when
+    the run uses an external Redis."""
+    var_dir = os.environ.get(VAR_DIR_ENV)
+    if not var_dir:
         return False
     from gpurental import embedded
 
-    embedded.stop_redis(_started)
-    embedded.start_redis(_started)
+    embedded.stop_redis(Path(var_dir))
+    embedded.start_redis(Path(var_dir))
     return True
 
 

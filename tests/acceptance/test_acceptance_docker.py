@@ -121,12 +121,10 @@ def test_a_cpu_host_reaching_nominal_becomes_active(
     assert rows["network_latency_ms:peer-1"]["measured"] is not None
     assert host.status == HostStatus.ACTIVE
     assert host in schedulable_hosts(now=timezone.now())
-    # Nothing left behind on the engine.
+    # Nothing of this host's left behind on the engine (other tests may run batch jobs now).
     client = docker_runtime_for_acceptance.client
-    assert (
-        client.containers.list(all=True, filters={"label": "gpurental.batch"}, ignore_removed=True)
-        == []
-    )
+    mine = {"label": ["gpurental.batch", "gpurental.host=accept-e2e"]}
+    assert client.containers.list(all=True, filters=mine, ignore_removed=True) == []
 
 
 def test_a_cpu_host_below_nominal_is_held_back_naming_the_figure(

@@ -197,6 +197,7 @@ def _engine_answers(client) -> bool:
         return False
 
 
+@pytest.mark.exclusive
 def test_dockerd_restarted_keeps_the_host_alive_and_the_workspace(
     agent, running, alice, docker_client
 ):
@@ -227,6 +228,7 @@ def test_dockerd_restarted_keeps_the_host_alive_and_the_workspace(
     assert read_file(instance) == "the customer's work"
 
 
+@pytest.mark.exclusive
 def test_redis_restarted_converges_with_nothing_lost(agent, running):
     """The broker (and cache) restarts: agent and control worker reconnect, the beats
     resume, the instance keeps running with its file."""
