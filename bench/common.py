@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Set by bench/smoke.py: the shared servers' DATABASE_URL (of the migrated template) and
-# REDIS_URL, as JSON.
+# Set by bench/smoke.py: the shared servers' DATABASE_URL (of the migrated template),
+# REDIS_URL and VAR_DIR (where they run), as JSON.
 SHARED_ENV = "GPURENTAL_BENCH_SHARED"
 
 
@@ -46,6 +46,13 @@ def setup_django(var_dir: Path, **env: str) -> dict[str, str]:
 
         call_command("migrate", verbosity=0)
     return urls
+
+
+def servers_dir(var_dir: Path) -> Path:
+    """Where this bench's servers run (their pid files): its own ``var_dir``, or under
+    ``make bench-smoke`` the shared servers' directory."""
+    shared = os.environ.get(SHARED_ENV)
+    return Path(json.loads(shared)["VAR_DIR"]) if shared else var_dir
 
 
 def database_from_template(shared: dict[str, str]) -> dict[str, str]:

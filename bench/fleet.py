@@ -55,7 +55,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import a100_catalog, percentile, setup_django  # noqa: E402
+from bench.common import a100_catalog, percentile, servers_dir, setup_django  # noqa: E402
 
 SECRET = "bench-" + uuid.uuid4().hex * 2
 AMQP = "127.0.0.1", 5672
@@ -465,7 +465,7 @@ def main() -> int:
             "worker": process_tree(worker.pid),
             "publishers": [psutil.Process(p.pid) for p in publishers],
             "postgres": process_tree(
-                int((work / "var/postgres/postmaster.pid").read_text().split()[0])
+                int((servers_dir(work / "var") / "postgres/postmaster.pid").read_text().split()[0])
             ),
             "bench": [psutil.Process()],
         }

@@ -59,7 +59,7 @@ def main() -> int:
             check=True,
         )
         print(f"== servers up and the template migrated in {time.monotonic() - started:.0f} s")
-        shared = json.dumps(urls)
+        shared = json.dumps({**urls, "VAR_DIR": str(work / "var")})
         for name in names:
             print(f"== bench/{name}.py --smoke", flush=True)
             started = time.monotonic()

@@ -86,7 +86,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import a100_catalog, percentile, session_key, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    a100_catalog,
+    percentile,
+    servers_dir,
+    session_key,
+    setup_django,
+)
 
 SECRET = "bench-" + uuid.uuid4().hex * 2
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -574,7 +580,7 @@ def main() -> int:
             daphnes.append(start_daphne(ports[-1], urls, work / f"daphne-{d}.log", profile))
         for port in ports:
             wait_for_port(port, 60)
-        redis_pid = int((work / "var" / "redis" / "redis.pid").read_text())
+        redis_pid = int((servers_dir(work / "var") / "redis" / "redis.pid").read_text())
         pids = {f"daphne {d}": p.pid for d, p in enumerate(daphnes)}
         pids |= {"redis": redis_pid, "bench main": os.getpid()}
         # Viewers spread over the Daphne processes, as a load balancer would.
