@@ -176,6 +176,7 @@ AXES_USERNAME_FORM_FIELD = "username"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+AXES_CLIENT_IP_CALLABLE = "gpurental.addresses.client_ip"  # behind TRUSTED_PROXIES
 PASSWORD_RESETS_PER_HOUR = env_int("PASSWORD_RESETS_PER_HOUR", 3)  # per e-mail; 3× per address
 SIGNUPS_PER_HOUR = env_int("SIGNUPS_PER_HOUR", 10)  # per client address (3 per e-mail)
 SIGNUP_CONFIRM_HOURS = env_int("SIGNUP_CONFIRM_HOURS", 24)
@@ -268,6 +269,17 @@ if not DEBUG:
 # (only when that proxy always sets or strips it: otherwise a client could claim https).
 if os.environ.get("SECURE_PROXY_SSL_HEADER"):
     SECURE_PROXY_SSL_HEADER = (os.environ["SECURE_PROXY_SSL_HEADER"], "https")
+# Reverse proxies (addresses or CIDR networks) whose X-Forwarded-For is believed: the client
+# is the right-most address in it that is not one of them (gpurental/addresses.py). Empty:
+# the header is ignored and the connecting address is the client. Throttles, lockouts, the
+# audit log and the gateway's X-Forwarded-For all go by it.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", "")
+try:
+    from gpurental.addresses import trusted_networks
+
+    trusted_networks(tuple(TRUSTED_PROXIES))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 

@@ -6,10 +6,7 @@ from django.contrib import admin
 from django.forms.models import model_to_dict
 
 from gpurental.accounts.services import audit_record
-
-
-def _client_ip(request) -> str | None:
-    return request.META.get("REMOTE_ADDR") or None
+from gpurental.addresses import client_ip
 
 
 def _jsonable(value):
@@ -34,19 +31,19 @@ class AuditedAdmin(admin.ModelAdmin):
             changes={
                 field: _jsonable(data.get(field)) for field in changed if field not in {"password"}
             },
-            ip_address=_client_ip(request),
+            ip_address=client_ip(request),
         )
 
     def delete_model(self, request, obj):
         audit_record(
-            action="admin.delete", actor=request.user, obj=obj, ip_address=_client_ip(request)
+            action="admin.delete", actor=request.user, obj=obj, ip_address=client_ip(request)
         )
         super().delete_model(request, obj)
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
             audit_record(
-                action="admin.delete", actor=request.user, obj=obj, ip_address=_client_ip(request)
+                action="admin.delete", actor=request.user, obj=obj, ip_address=client_ip(request)
             )
         super().delete_queryset(request, queryset)
 

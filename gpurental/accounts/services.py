@@ -51,6 +51,43 @@ def audit_record(
     )
 
 
+# Anyone can cause some events without an account (a failed login, a throttled sign-up, a
+# forged payment webhook). The audit table is append-only, so such a flood must not become
+# a row per request: at most one row per action and address per minute, and this many per
+# action per minute from all addresses together.
+ANONYMOUS_AUDIT_ROWS_PER_MINUTE = 60
+
+
+def audit_record_anonymous(
+    *, action: str, ip_address: str | None, changes: dict | None = None, now=None
+) -> AuditEvent | None:
+    """Record an event that needs no account, coalesced (see above): the events that get no
+    row are counted, and the next row of that action and address says how many there were
+    (``repeats``). Returns the row, or None when the event was only counted."""
+    now = now or timezone.now()
+    minute = f"{now:%Y%m%d%H%M}"
+    source = f"audit:anon:{action}:{ip_address or '-'}"
+    if not (
+        _attempt_count(key=f"{source}:{minute}", window_s=120) == 1
+        and attempt_allowed(
+            key=f"audit:anon:{action}:{minute}", limit=ANONYMOUS_AUDIT_ROWS_PER_MINUTE, window_s=120
+        )
+    ):
+        _attempt_count(key=f"{source}:repeats", window_s=86400)
+        return None
+    from django.core.cache import cache
+
+    repeats_key = f"attempts:{source}:repeats"
+    repeats = cache.get(repeats_key) or 0
+    if repeats:
+        cache.decr(repeats_key, repeats)  # not delete: a count arriving meanwhile is kept
+    return audit_record(
+        action=action,
+        changes={**(changes or {}), **({"repeats": repeats} if repeats else {})},
+        ip_address=ip_address,
+    )
+
+
 class ApiKeyRefused(ValueError):
     """A key that cannot be made as asked; ``field`` names the input at fault."""
 
@@ -233,16 +270,20 @@ def ssh_key_touch(*, key_id, now=None) -> None:
 
 def attempt_allowed(*, key: str, limit: int, window_s: int = 3600) -> bool:
     """Count one attempt under ``key`` (in the cache, per window); False past ``limit``."""
+    return _attempt_count(key=key, window_s=window_s) <= limit
+
+
+def _attempt_count(*, key: str, window_s: int) -> int:
+    """Count one attempt under ``key`` (the window starts with the first); the count so far."""
     from django.core.cache import cache
 
     bucket = f"attempts:{key}"
     cache.add(bucket, 0, timeout=window_s)
     try:
-        count = cache.incr(bucket)
+        return cache.incr(bucket)
     except ValueError:  # expired between add and incr
         cache.set(bucket, 1, timeout=window_s)
-        count = 1
-    return count <= limit
+        return 1
 
 
 # --- sign-up ----------------------------------------------------------------------------
@@ -266,7 +307,9 @@ def signup_start(
         attempt_allowed(key=f"signup:ip:{ip}", limit=settings.SIGNUPS_PER_HOUR)
         and attempt_allowed(key=f"signup:email:{email}", limit=3)
     ):
-        audit_record(action="auth.signup_throttled", changes={"email": email}, ip_address=ip)
+        audit_record_anonymous(
+            action="auth.signup_throttled", changes={"email": email}, ip_address=ip
+        )
         return
     site = settings.PUBLIC_URL.rstrip("/")
     owner = User.objects.filter(email__iexact=email).first()

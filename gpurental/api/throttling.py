@@ -1,4 +1,5 @@
-"""Rate limits: per API key, or per user for the console's session."""
+"""Rate limits: per API key, or per user for the console's session, or per client address
+(behind TRUSTED_PROXIES: the real client's, never the proxy's or a forged header's)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from gpurental.accounts.models import ApiKey
+from gpurental.addresses import client_ip
 
 
 class ApiRateThrottle(SimpleRateThrottle):
@@ -21,6 +23,11 @@ class ApiRateThrottle(SimpleRateThrottle):
         # Read at request time (not at import, as DRF does), so the setting can change
         # without a restart of the class, e.g. in tests with override_settings.
         return settings.API_THROTTLE_RATE
+
+    def get_ident(self, request) -> str:
+        # DRF's own reads X-Forwarded-For from anyone (NUM_PROXIES unset): a client could
+        # name a new address on every request and never be throttled.
+        return client_ip(request) or ""
 
     def get_cache_key(self, request, view) -> str:
         if isinstance(request.auth, ApiKey):

@@ -31,10 +31,12 @@ from gpurental.accounts.services import (
     api_keys_revoke_all,
     attempt_allowed,
     audit_record,
+    audit_record_anonymous,
     signup_confirm,
     signup_pending,
     signup_start,
 )
+from gpurental.addresses import client_ip
 from gpurental.billing import pricing, reports
 from gpurental.billing.selectors import operator_zone
 from gpurental.catalog.selectors import catalog_rows
@@ -82,7 +84,7 @@ def signup(request):
             password=data["password1"],
             full_name=data["full_name"],
             company=data["company"],
-            ip=request.META.get("REMOTE_ADDR"),
+            ip=client_ip(request),
         )
         return render(request, "registration/signup_done.html", {"email": data["email"]})
     return render(request, "registration/signup.html", {"form": form})
@@ -92,7 +94,7 @@ def signup_confirm_view(request, token: str):
     """The link from the confirmation e-mail: a button (a mail scanner's GET creates nothing)."""
     pending = signup_pending(token=token)
     if request.method == "POST" and pending is not None:
-        user = signup_confirm(token=token, ip=request.META.get("REMOTE_ADDR"))
+        user = signup_confirm(token=token, ip=client_ip(request))
         if user is not None:
             login(request, user, backend="gpurental.accounts.backends.PersonBackend")
             messages.success(request, _("Welcome! Your account is ready."))
@@ -473,7 +475,7 @@ def fleet_instance_stop(request, instance_id):
             action="instance.stop_by_staff",
             actor=request.user,
             obj=instance,
-            ip_address=request.META.get("REMOTE_ADDR"),
+            ip_address=client_ip(request),
         )
         messages.success(request, f"Stopping {instance}.")
     return redirect(reverse("fleet"))
@@ -543,12 +545,12 @@ class PasswordReset(auth_views.PasswordResetView):
 
     def form_valid(self, form):
         email = form.cleaned_data["email"].lower()
-        ip = self.request.META.get("REMOTE_ADDR", "")
+        ip = client_ip(self.request)
         if not (
             attempt_allowed(key=f"reset:ip:{ip}", limit=settings.PASSWORD_RESETS_PER_HOUR * 3)
             and attempt_allowed(key=f"reset:email:{email}", limit=settings.PASSWORD_RESETS_PER_HOUR)
         ):
-            audit_record(
+            audit_record_anonymous(
                 action="auth.reset_throttled", changes={"email": email[:254]}, ip_address=ip
             )
             return HttpResponseRedirect(self.get_success_url())

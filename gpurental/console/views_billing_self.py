@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from gpurental.addresses import client_ip
 from gpurental.billing.models import AutoTopUpEvent, Payment, VoucherRedemption
 from gpurental.billing.payments import PaymentUnavailable, unavailable_reason
 from gpurental.billing.selectors import balance_of
@@ -223,7 +224,7 @@ def credit_auto_topup(request):
     if form.is_valid():
         try:
             auto_topup_configure(
-                user=account_of(request), ip=request.META.get("REMOTE_ADDR"), **form.cleaned_data
+                user=account_of(request), ip=client_ip(request), **form.cleaned_data
             )
         except AutoTopUpRefused as exc:
             form.add_error(exc.field, exc.message)
@@ -252,7 +253,7 @@ def credit_auto_topup_card(request):
 @require_POST
 @needs_role(roles.BILLING)
 def credit_auto_topup_card_remove(request):
-    auto_topup_card_remove(user=account_of(request), ip=request.META.get("REMOTE_ADDR"))
+    auto_topup_card_remove(user=account_of(request), ip=client_ip(request))
     messages.success(request, _("Card removed; automatic top-up is off."))
     return redirect("billing_credit")
 
@@ -263,9 +264,7 @@ def credit_auto_topup_card_remove(request):
 def credit_details(request):
     form = BillingDetailsForm(request.POST)
     if form.is_valid():
-        billing_details_update(
-            user=account_of(request), ip=request.META.get("REMOTE_ADDR"), **form.cleaned_data
-        )
+        billing_details_update(user=account_of(request), ip=client_ip(request), **form.cleaned_data)
         messages.success(request, _("Billing details saved; the next invoices show them."))
         return redirect("billing_credit")
     return render(request, "billing/credit.html", _context(request, details=form), status=400)

@@ -82,4 +82,7 @@ def test_password_resets_are_throttled_without_saying_so(client, alice):
             "/password/reset/done/"
         )
     assert len(mail.outbox) == 2  # the limit per e-mail; the page said the same each time
-    assert AuditEvent.objects.filter(action="auth.reset_throttled").count() == 3
+    # Three throttled, in one row (or two, should the minute turn): anyone may ask for a
+    # reset, so the audit log coalesces per address and minute (test_anonymous_audit.py).
+    throttled = AuditEvent.objects.filter(action="auth.reset_throttled")
+    assert 1 <= throttled.count() <= 2

@@ -16,6 +16,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpurental.addresses import client_ip
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.api.payments import serializers as s
@@ -180,7 +181,7 @@ class AutoTopUpView(APIView):
         form.is_valid(raise_exception=True)
         try:
             auto_topup_configure(
-                user=account_of(request), ip=request.META.get("REMOTE_ADDR"), **form.validated_data
+                user=account_of(request), ip=client_ip(request), **form.validated_data
             )
         except AutoTopUpRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
@@ -210,5 +211,5 @@ class AutoTopUpCardView(APIView):
         responses={204: OpenApiResponse(description="Removed")},
     )
     def delete(self, request, *args, **kwargs):
-        auto_topup_card_remove(user=account_of(request), ip=request.META.get("REMOTE_ADDR"))
+        auto_topup_card_remove(user=account_of(request), ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

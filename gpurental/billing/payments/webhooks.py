@@ -9,6 +9,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from gpurental.addresses import client_ip
 from gpurental.billing.payments import (
     PaymentUnavailable,
     WebhookRefused,
@@ -18,10 +19,6 @@ from gpurental.billing.payments import (
 from gpurental.billing.services.payments import payment_event_apply, webhook_refuse
 
 log = logging.getLogger(__name__)
-
-
-def _client_ip(request) -> str | None:
-    return request.META.get("REMOTE_ADDR") or None
 
 
 @csrf_exempt  # signed by the provider instead: no browser session posts here
@@ -37,7 +34,7 @@ def _webhook(request, name: str):
         gateway = provider_named(name)
     except PaymentUnavailable:
         return JsonResponse({"error": "payments are not configured"}, status=503)
-    ip = _client_ip(request)
+    ip = client_ip(request)
     try:
         event = gateway.parse_webhook(request.body, dict(request.headers))
     except WebhookRefused as refused:

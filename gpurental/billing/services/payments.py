@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
-from gpurental.accounts.services import audit_record
+from gpurental.accounts.services import audit_record, audit_record_anonymous
 from gpurental.billing.models import AutoTopUpEvent, Payment, PaymentEvent, PaymentStatus
 from gpurental.billing.payments import (
     PaymentProvider,
@@ -94,8 +94,9 @@ def payment_start(
 
 def webhook_refuse(*, provider_name: str, refused: WebhookRefused, ip_address: str | None) -> None:
     """Audit a webhook that was not verified (forged, stale, malformed). Nothing of the
-    request is trusted, so nothing of it is stored beyond the reason."""
-    audit_record(
+    request is trusted, so nothing of it is stored beyond the reason. Anyone can post one:
+    coalesced per address and minute."""
+    audit_record_anonymous(
         action="payment.webhook_refused",
         changes={
             "provider": provider_name,
