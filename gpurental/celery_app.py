@@ -40,7 +40,9 @@ app.conf.task_routes = {
     "gpurental.telemetry.*": {"queue": "control"},
     "gpurental.api.*": {"queue": "control"},
     "gpurental.groups.*": {"queue": "control"},
-    "gpurental.notifications.*": {"queue": "control"},
+    # Webhook POSTs and e-mails wait on customers' servers: their own queue and worker
+    # (the Procfile's notify), so that a slow endpoint never holds a control slot.
+    "gpurental.notifications.*": {"queue": "notify"},
     "gpurental.baremetal.*": {"queue": "control"},
     "gpurental.acceptance.*": {"queue": "control"},
 }
@@ -108,7 +110,7 @@ app.conf.beat_schedule = {
     "notifications-webhooks-sweep": {
         "task": "gpurental.notifications.tasks.webhooks_sweep",
         "schedule": 60.0,
-        "options": {"queue": "control", "expires": 50},
+        "options": {"queue": "notify", "expires": 50},
     },
     # --- telemetry ---
     "telemetry-idle-check": {

@@ -437,11 +437,17 @@ PUBLIC_URL = os.environ.get("PUBLIC_URL", "http://127.0.0.1:" + os.environ.get("
 # Webhook URLs resolving to private, loopback, link-local (metadata) or other non-public
 # addresses are refused unless this is on; it is on by default only with DEBUG.
 WEBHOOKS_ALLOW_PRIVATE = env_bool("WEBHOOKS_ALLOW_PRIVATE", DEBUG)
+# One attempt's whole time (connect, send, the answer), not each read's; below the notify
+# worker's soft time limit (50 s).
 WEBHOOKS_TIMEOUT_S = float(os.environ.get("WEBHOOKS_TIMEOUT_S", "10"))
-# Retries wait base·2^(n-1) seconds, at most WEBHOOKS_RETRY_MAX_S, up to WEBHOOKS_MAX_ATTEMPTS.
+# Retries wait base·2^(n-1) seconds, at most WEBHOOKS_RETRY_MAX_S, up to WEBHOOKS_MAX_ATTEMPTS;
+# n counts the delivery's failures and, for every delivery to it, the endpoint's in a row.
 WEBHOOKS_RETRY_BASE_S = env_int("WEBHOOKS_RETRY_BASE_S", 10)
 WEBHOOKS_RETRY_MAX_S = env_int("WEBHOOKS_RETRY_MAX_S", 300)
 WEBHOOKS_MAX_ATTEMPTS = env_int("WEBHOOKS_MAX_ATTEMPTS", 8)
+# After this many failures in a row an endpoint's circuit opens: nothing more is posted to
+# it until its owner re-enables it.
+WEBHOOKS_CIRCUIT_FAILURES = env_int("WEBHOOKS_CIRCUIT_FAILURES", 20)
 # "Your reservation starts soon" goes this many minutes before the start.
 NOTIFY_RESERVATION_START_MINUTES = env_int("NOTIFY_RESERVATION_START_MINUTES", 15)
 

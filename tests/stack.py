@@ -40,7 +40,8 @@ def docker_client():
 @pytest.fixture
 def control_worker(docker_client):
     with control_app.connection_for_write() as conn:
-        conn.default_channel.queue_purge("control")  # nothing left over from an earlier run
+        for queue in ("control", "notify"):  # nothing left over from an earlier run
+            conn.default_channel.queue_purge(queue)
     from celery.signals import task_postrun
     from django.db import connection
 
@@ -55,7 +56,8 @@ def control_worker(docker_client):
             control_app,
             pool="solo",
             perform_ping_check=False,
-            queues=["control"],
+            # The notify worker's queue too (webhooks, e-mails): one worker stands for both.
+            queues=["control", "notify"],
             shutdown_timeout=30,
         ):
             yield

@@ -106,6 +106,11 @@ urlpatterns = [
         name="webhook_delete",
     ),
     path(
+        "notifications/webhooks/<uuid:endpoint_id>/reenable/",
+        views_notifications.webhook_reenable_view,
+        name="webhook_reenable",
+    ),
+    path(
         "notifications/deliveries/<uuid:delivery_id>/resend/",
         views_notifications.webhook_resend_view,
         name="webhook_resend",

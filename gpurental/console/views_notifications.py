@@ -1,6 +1,6 @@
 """The console's notification pages: preferences and recent notifications, webhook
-endpoints (the secret shown once, on the page that created it), an endpoint's delivery log
-with re-send."""
+endpoints (the secret shown once, on the page that created it; an open circuit and its
+re-enable button), an endpoint's delivery log with re-send."""
 
 from __future__ import annotations
 
@@ -112,11 +112,29 @@ def webhook_delete_view(request, endpoint_id):
 @login_required
 @require_POST
 @needs_role(roles.BILLING)
+def webhook_reenable_view(request, endpoint_id):
+    endpoint = get_object_or_404(WebhookEndpoint, pk=endpoint_id, user=account_of(request))
+    services.endpoint_reenable(endpoint=endpoint, by=request.user)
+    messages.success(
+        request,
+        _("Webhook endpoint %(url)s re-enabled: new events are sent to it again.")
+        % {"url": endpoint.url},
+    )
+    return redirect("webhook", endpoint_id=endpoint.pk)
+
+
+@login_required
+@require_POST
+@needs_role(roles.BILLING)
 def webhook_resend_view(request, delivery_id):
     delivery = get_object_or_404(
         WebhookDelivery, pk=delivery_id, endpoint__user=account_of(request)
     )
-    delivery = services.delivery_resend(delivery=delivery)
+    try:
+        delivery = services.delivery_resend(delivery=delivery)
+    except WebhookRefused as exc:
+        messages.error(request, exc.message)
+        return redirect("webhook", endpoint_id=delivery.endpoint_id)
     delivery.refresh_from_db()
     messages.success(
         request,

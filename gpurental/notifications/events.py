@@ -131,6 +131,21 @@ def _payment_received(ctx: dict) -> tuple[dict, str]:
     return data, reverse("billing_invoices")
 
 
+def _webhook_circuit_open(ctx: dict) -> tuple[dict, str]:
+    endpoint = ctx["endpoint"]
+    data = {
+        "endpoint": {
+            "id": str(endpoint.pk),
+            "url": endpoint.url,
+            "description": endpoint.description,
+            "circuit_opened_at": _when(endpoint.circuit_opened_at),
+            "consecutive_failures": endpoint.consecutive_failures,
+        },
+        "reason": ctx.get("reason", ""),
+    }
+    return data, reverse("webhook", args=[endpoint.pk])
+
+
 EVENTS: dict[str, Event] = {
     e.name: e
     for e in [
@@ -205,6 +220,12 @@ EVENTS: dict[str, Event] = {
             gettext_lazy("Payment received"),
             gettext_lazy("Payment received: {amount} {currency}"),
             _payment_received,
+        ),
+        Event(
+            "webhook_circuit_open",
+            gettext_lazy("Webhook endpoint turned off after failures"),
+            gettext_lazy("Webhook circuit open: nothing more is sent to {endpoint[url]}"),
+            _webhook_circuit_open,
         ),
     ]
 }

@@ -79,7 +79,16 @@ class Notification(models.Model):
 
 class WebhookEndpoint(models.Model):
     """A customer's URL that receives signed POSTs. The secret signs every delivery; it is
-    shown once, at creation, and kept so that it can sign (never shown again)."""
+    shown once, at creation, and kept so that it can sign (never shown again).
+
+    Its health is its own, not each delivery's: failures in a row push ``retry_after`` out
+    for every delivery to it, and WEBHOOKS_CIRCUIT_FAILURES of them open its circuit (no
+    more POSTs until its owner re-enables it). Only the services change these fields, each
+    change with a ``WebhookEndpointEvent``."""
+
+    class Circuit(models.TextChoices):
+        CLOSED = "closed", _("Closed")
+        OPEN = "open", _("Circuit open")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
@@ -92,15 +101,54 @@ class WebhookEndpoint(models.Model):
     is_active = models.BooleanField(default=True)
     secret = models.CharField(max_length=80, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
+    circuit = models.CharField(max_length=10, choices=Circuit.choices, default=Circuit.CLOSED)
+    circuit_opened_at = models.DateTimeField(null=True, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    # No delivery to this endpoint is tried before this (its backoff after a failure).
+    retry_after = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(circuit="closed", circuit_opened_at__isnull=True)
+                | models.Q(circuit="open", circuit_opened_at__isnull=False),
+                name="webhook_endpoint_circuit_opened_at",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.url
 
     def wants(self, event: str) -> bool:
         return self.is_active and (not self.events or event in self.events)
+
+
+class WebhookEndpointEvent(models.Model):
+    """One change of an endpoint's state and why (append-only)."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created", _("Created")
+        CHANGED = "changed", _("Changed")
+        CIRCUIT_OPENED = "circuit_opened", _("Circuit opened")
+        REENABLED = "reenabled", _("Re-enabled")
+
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="event_log"
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    reason = models.CharField(max_length=500, blank=True)
+    # Who did it; None: the platform (failures opened the circuit).
+    by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["endpoint", "at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} {self.kind} {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class WebhookDelivery(models.Model):
@@ -112,6 +160,8 @@ class WebhookDelivery(models.Model):
         PENDING = "pending", _("Pending")
         DELIVERED = "delivered", _("Delivered")
         FAILED = "failed", _("Failed")
+        # Not posted: the endpoint's circuit was open (``reason`` says so).
+        SKIPPED = "skipped", _("Skipped")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     endpoint = models.ForeignKey(
@@ -130,6 +180,7 @@ class WebhookDelivery(models.Model):
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

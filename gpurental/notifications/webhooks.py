@@ -8,12 +8,14 @@ recomputes it, compares in constant time and refuses an old ``t`` (replays).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import http.client
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -127,16 +129,85 @@ def url_check(url: str) -> Target:
     return Target(parts.scheme, parts.hostname, port, path, addresses[0])
 
 
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    """HTTPS to a checked address, with the URL's host name for SNI and the certificate."""
+class _Deadline:
+    """The whole attempt's time limit. A socket timeout bounds one read, so an endpoint
+    that trickles a byte now and then would hold the worker for ever; this shuts the
+    connection's socket when the attempt's time is up, whatever it is doing (connecting,
+    the TLS handshake, sending, reading the status, the headers or the body)."""
 
-    def __init__(self, host: str, address: str, **kwargs):
-        super().__init__(host, **kwargs)
-        self._address = address
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+        self.fired = False
+        self.conn: http.client.HTTPConnection | None = None
+        # Held while shutting: once ``cancel`` returns, the socket may be closed (and its
+        # number reused) without a late shutdown hitting another connection.
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def left(self) -> float:
+        if self.fired:
+            raise TimeoutError("the attempt's deadline passed")
+        return max(self.at - time.monotonic(), 0.001)
+
+    def watch(self, conn: http.client.HTTPConnection) -> None:
+        self.conn = conn
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            # ``fired`` first: a socket the connection makes after this line is refused in
+            # ``left`` (the order the connecting thread checks them in).
+            self.fired = True
+            sock = self.conn.sock if self.conn is not None else None
+            if sock is not None:
+                # The plain socket's shutdown, also under TLS: it wakes a read or a write
+                # blocked in another thread, which then fails as a closed connection.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+        self._timer.cancel()
+
+
+class _DeadlineHTTPConnection(http.client.HTTPConnection):
+    """Plain HTTP to a checked address; connecting takes only what is left of the deadline."""
+
+    def __init__(self, address: str, port: int, *, deadline: _Deadline):
+        super().__init__(address, port, timeout=deadline.seconds)
+        self._deadline = deadline
 
     def connect(self):
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        self.sock = socket.create_connection((self.host, self.port), self._deadline.left())
+        self._deadline.left()  # the deadline fired while connecting: the socket was missed
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to a checked address, with the URL's host name for SNI and the certificate.
+    The handshake runs on ``self.sock``, where the deadline can shut it."""
+
+    def __init__(self, host: str, address: str, *, port: int, deadline: _Deadline):
+        super().__init__(
+            host, port=port, timeout=deadline.seconds, context=ssl.create_default_context()
+        )
+        self._address = address
+        self._deadline = deadline
+
+    def connect(self):
+        sock = socket.create_connection((self._address, self.port), self._deadline.left())
+        sock.settimeout(self._deadline.left())
+        self.sock = self._context.wrap_socket(
+            sock, server_hostname=self.host, do_handshake_on_connect=False
+        )
+        self._deadline.left()
+        self.sock.do_handshake()
 
 
 @dataclass(frozen=True)
@@ -152,7 +223,8 @@ class PostResult:
 
 
 def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> PostResult:
-    """One POST, never following redirects (one could point inside)."""
+    """One POST, never following redirects (one could point inside). ``timeout`` is the
+    whole attempt's, from connecting to the last byte read (``_Deadline``)."""
     started = time.monotonic()
 
     def done(code: int | None, error: str = "", excerpt: str = "") -> PostResult:
@@ -164,17 +236,15 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> P
         target = url_check(url)
     except WebhookRefused as exc:
         return done(None, f"refused: {exc.message}")
+    deadline = _Deadline(max(timeout - (time.monotonic() - started), 0.001))
     if target.scheme == "https":
         conn = _PinnedHTTPSConnection(
-            target.host,
-            target.address,
-            port=target.port,
-            timeout=timeout,
-            context=ssl.create_default_context(),
+            target.host, target.address, port=target.port, deadline=deadline
         )
     else:
-        conn = http.client.HTTPConnection(target.address, target.port, timeout=timeout)
+        conn = _DeadlineHTTPConnection(target.address, target.port, deadline=deadline)
     host_header = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
+    deadline.watch(conn)
     try:
         conn.request(
             "POST",
@@ -189,8 +259,17 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> P
         )
         response = conn.getresponse()
         excerpt = response.read(500).decode("utf-8", "replace")
-        return done(response.status, "" if 200 <= response.status < 300 else "", excerpt)
     except (OSError, http.client.HTTPException) as exc:
+        if deadline.fired:
+            return done(None, _timed_out(timeout))
         return done(None, f"{type(exc).__name__}: {exc}")
     finally:
+        deadline.cancel()
         conn.close()
+    if deadline.fired:  # an answer without a length, ended by the deadline's shutdown
+        return done(None, _timed_out(timeout))
+    return done(response.status, "", excerpt)
+
+
+def _timed_out(timeout: float) -> str:
+    return f"timed out: no complete answer within {timeout:g} s (WEBHOOKS_TIMEOUT_S)"

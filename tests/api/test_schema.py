@@ -65,6 +65,7 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/webhooks/{id}/"),
     ("patch", "/api/v1/webhooks/{id}/"),
     ("delete", "/api/v1/webhooks/{id}/"),
+    ("post", "/api/v1/webhooks/{id}/reenable/"),
     ("get", "/api/v1/webhook-deliveries/"),
     ("get", "/api/v1/webhook-deliveries/{id}/"),
     ("post", "/api/v1/webhook-deliveries/{id}/resend/"),

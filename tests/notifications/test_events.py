@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from gpurental.billing.models import Invoice
 from gpurental.notifications.events import EVENTS
-from gpurental.notifications.models import Notification, WebhookDelivery
+from gpurental.notifications.models import Notification, WebhookDelivery, WebhookEndpoint
 from gpurental.notifications.services import notify
 from gpurental.notifications.webhooks import signature_verify
 from gpurental.rentals.models import InstanceStatus, Reservation
@@ -46,6 +46,19 @@ def _invoice(user):
         status="issued",
         total=Decimal("123.45"),
         issued_at=timezone.now(),
+    )
+
+
+def _open_endpoint(user):
+    """Another endpoint of the user's, its circuit open (turned off: it gets nothing)."""
+    return WebhookEndpoint.objects.create(
+        user=user,
+        url="https://hooks.example.test/<b>1</b>",
+        secret="whsec_x",
+        is_active=False,
+        circuit="open",
+        circuit_opened_at=timezone.now(),
+        consecutive_failures=20,
     )
 
 
@@ -126,6 +139,12 @@ CASES = {
         "50.00",
         "/billing/invoices/",
         lambda d: d["amount"] == "50.00" and d["reference"] == "pi_123",
+    ),
+    "webhook_circuit_open": (
+        lambda u: {"endpoint": _open_endpoint(u), "reason": "answered HTTP 502"},
+        "answered HTTP 502",
+        "/notifications/webhooks/",
+        lambda d: d["endpoint"]["consecutive_failures"] == 20 and d["reason"],
     ),
 }
 

@@ -16,9 +16,26 @@ EVENT_HELP = "Event names: " + ", ".join(EVENTS)
 
 
 class WebhookEndpointSerializer(serializers.ModelSerializer):
+    circuit = serializers.CharField(
+        read_only=True,
+        help_text="closed, or open: after WEBHOOKS_CIRCUIT_FAILURES failures in a row nothing "
+        "is sent to it (deliveries are skipped) until you re-enable it (POST …/reenable/)",
+    )
+
     class Meta:
         model = WebhookEndpoint
-        fields = ["id", "url", "description", "events", "is_active", "created_at"]
+        fields = [
+            "id",
+            "url",
+            "description",
+            "events",
+            "is_active",
+            "created_at",
+            "circuit",
+            "circuit_opened_at",
+            "consecutive_failures",
+            "retry_after",
+        ]
         read_only_fields = fields
 
 
@@ -57,7 +74,9 @@ class WebhookAttemptSerializer(serializers.ModelSerializer):
 
 class WebhookDeliverySerializer(serializers.ModelSerializer):
     # Plain strings: another "status" enum in the schema would collide with the others.
-    status = serializers.CharField(read_only=True, help_text="pending, delivered or failed")
+    status = serializers.CharField(
+        read_only=True, help_text="pending, delivered, failed, or skipped (see reason)"
+    )
     endpoint = serializers.UUIDField(source="endpoint_id", read_only=True)
     attempt_log = WebhookAttemptSerializer(many=True, read_only=True)
 
@@ -73,6 +92,7 @@ class WebhookDeliverySerializer(serializers.ModelSerializer):
             "last_status_code",
             "created_at",
             "delivered_at",
+            "reason",
             "body",
             "attempt_log",
         ]

@@ -84,6 +84,17 @@ class WebhookEndpointViewSet(
         return Response(s.WebhookEndpointSerializer(endpoint).data)
 
     @extend_schema(
+        summary="Re-enable an endpoint whose circuit opened (its failures in a row are "
+        "forgotten; new events are sent to it again)",
+        request=None,
+        responses={200: s.WebhookEndpointSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def reenable(self, request, *args, **kwargs):
+        endpoint = services.endpoint_reenable(endpoint=self.get_object(), by=request.user)
+        return Response(s.WebhookEndpointSerializer(endpoint).data)
+
+    @extend_schema(
         summary="Delete a webhook endpoint (nothing more is sent to it)",
         responses={204: OpenApiResponse(description="Deleted")},
     )
@@ -147,7 +158,10 @@ class WebhookDeliveryViewSet(
     )
     @action(detail=True, methods=["post"])
     def resend(self, request, *args, **kwargs):
-        delivery = services.delivery_resend(delivery=self.get_object())
+        try:
+            delivery = services.delivery_resend(delivery=self.get_object())
+        except WebhookRefused as exc:
+            raise _refused(exc) from exc
         delivery = self.get_queryset().get(pk=delivery.pk)
         return Response(s.WebhookDeliverySerializer(delivery).data)
 
