@@ -13,7 +13,14 @@ from django.utils import translation
 from django.utils.translation import gettext
 
 from gpurental.accounts.languages import languages_of
-from gpurental.baremetal.models import BareMetalHost, DedicatedPlan, Lease, LeaseCharge
+from gpurental.baremetal.models import (
+    HOLDING,
+    BareMetalHost,
+    DedicatedPlan,
+    Lease,
+    LeaseCharge,
+    LeaseStatus,
+)
 from gpurental.billing import pricing
 from gpurental.billing.models import InvoiceLine
 from gpurental.billing.selectors import operator_zone
@@ -47,14 +54,33 @@ def matching_hosts(
     )
 
 
-def gpus_leased_by(*, user, start: datetime, end: datetime) -> int:
-    """GPUs of the user's live leases overlapping [start, end)."""
-    leases = Lease.objects.filter(
-        user=user,
-        status__in=("booked", "active"),
-        period__overlap=rental_selectors.between(start, end),
+def lease_price(*, plan: DedicatedPlan, start: datetime, end: datetime, reserved: bool) -> Decimal:
+    """The plan's price over [start, end), per second, rounded once to cents."""
+    segments = pricing.price_interval(
+        start, end, pricing.Tariff.of(plan, operator_zone()), reserved=reserved
     )
-    return leases.aggregate(n=Sum("plan__gpu_count"))["n"] or 0
+    return pricing.quantize_money(pricing.total(segments))
+
+
+def lease_unbilled(lease: Lease) -> Decimal:
+    """What the lease will still cost: its price from where the meter stands to its end."""
+    start = max(lease.start, lease.billed_until or lease.start)
+    if start >= lease.end:
+        return Decimal(0)
+    return lease_price(plan=lease.plan, start=start, end=lease.end, reserved=lease.reserved)
+
+
+def leases_committed(*, user) -> Decimal:
+    """What the account's booked and active leases will still cost (not in the ledger yet):
+    a lease is committed to its whole period when it is booked."""
+    leases = Lease.objects.filter(user=user, status__in=HOLDING).select_related("plan")
+    return sum((lease_unbilled(lease) for lease in leases), Decimal(0))
+
+
+def leases_hourly_rate(*, user) -> Decimal:
+    """What the account's active leases cost per hour at the full rate."""
+    active = Lease.objects.filter(user=user, status=LeaseStatus.ACTIVE)
+    return active.aggregate(rate=Sum("plan__hourly_rate"))["rate"] or Decimal(0)
 
 
 def allows_host_network(host: Host) -> bool:

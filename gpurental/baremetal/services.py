@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -45,16 +45,16 @@ from gpurental.baremetal.models import (
 )
 from gpurental.baremetal.redfish import BMC, BMCError
 from gpurental.billing import pricing
-from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.models import LedgerEntry
-from gpurental.billing.selectors import balance_of, operator_zone
+from gpurental.billing.selectors import operator_zone
+from gpurental.billing.services import prepaid
 from gpurental.catalog.models import ImageTemplate
 from gpurental.fleet.models import GPU, Host
+from gpurental.rentals import holdings
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.exceptions import (
     InvalidTransition,
     NoCapacity,
-    QuotaExceeded,
     RentalError,
 )
 from gpurental.rentals.models import Allocation, Instance
@@ -63,7 +63,6 @@ from gpurental.rentals.services.transitions import status_move
 
 log = logging.getLogger(__name__)
 L = LeaseStatus
-CENT = Decimal("0.01")
 SECOND = timedelta(seconds=1)
 
 
@@ -92,14 +91,6 @@ def _second_floor(moment: datetime) -> datetime:
 def _second_ceil(moment: datetime) -> datetime:
     floor = _second_floor(moment)
     return floor if floor == moment else floor + SECOND
-
-
-def lease_price(*, plan: DedicatedPlan, start: datetime, end: datetime, reserved: bool) -> Decimal:
-    """The plan's price over [start, end), per second, rounded once to cents."""
-    segments = pricing.price_interval(
-        start, end, pricing.Tariff.of(plan, operator_zone()), reserved=reserved
-    )
-    return pricing.quantize_money(pricing.total(segments))
 
 
 def _check_period(start: datetime, end: datetime, now: datetime) -> None:
@@ -156,30 +147,8 @@ def lease_quote(
     _check_period(start, end, now)
     reserved = start > now
     start = max(start, now)
-    return start, end, reserved, lease_price(plan=plan, start=start, end=end, reserved=reserved)
-
-
-def _check_balance(user: User, price: Decimal) -> None:
-    if not settings.BILLING_ENFORCE_BALANCE:
-        return
-    available = balance_of(user=user) + user.credit_limit
-    if available >= price:
-        return
-    cur = settings.BILLING_CURRENCY
-    shortfall = (price - available).quantize(CENT, rounding=ROUND_CEILING)
-    raise InsufficientBalance(
-        _(
-            "this lease costs %(price)s %(cur)s over its period; you have %(available)s "
-            "%(cur)s to spend. Add at least %(shortfall)s %(cur)s of credit."
-        )
-        % {
-            "price": price,
-            "cur": cur,
-            "available": pricing.quantize_money(available),
-            "shortfall": f"{shortfall:.2f}",
-        },
-        field="plan",
-    )
+    price = selectors.lease_price(plan=plan, start=start, end=end, reserved=reserved)
+    return start, end, reserved, price
 
 
 def _hold_host(lease: Lease, host: Host) -> bool:
@@ -227,22 +196,13 @@ def lease_book(
     start, end, reserved, price = lease_quote(plan=plan, start=start, end=end, now=now)
     starts_now = not reserved
     with transaction.atomic():
-        # One booking at a time per user: the balance is checked once.
-        locked_user = User.objects.select_for_update().get(pk=user.pk)
-        # The at-once quota, as for reservations: what the user has booked over the period.
-        booked = rental_selectors.gpus_booked_by(
-            user=locked_user, start=start, end=end
-        ) + selectors.gpus_leased_by(user=locked_user, start=start, end=end)
-        if booked + plan.gpu_count > locked_user.gpu_quota:
-            raise QuotaExceeded(
-                _(
-                    "your quota is %(quota)s GPUs at once and you have %(booked)s booked over "
-                    "that period; a %(count)s-GPU host would exceed it"
-                )
-                % {"quota": locked_user.gpu_quota, "booked": booked, "count": plan.gpu_count},
-                field="plan",
-            )
-        _check_balance(locked_user, price)
+        # One booking at a time per account: the quota and the balance are checked once.
+        locked_user = holdings.account_lock(user.pk)
+        holdings.quota_check(
+            account=locked_user, count=plan.gpu_count, start=start, end=end, field="plan"
+        )
+        # The whole period's price is held against the balance from now on (billed as it runs).
+        prepaid.booking_allowed(account=locked_user, price=price, kind="lease", now=now)
         candidates = selectors.matching_hosts(plan=plan, start=start, end=end, now=now)
         if host_network:
             candidates = [h for h in candidates if selectors.allows_host_network(h)]
@@ -402,7 +362,20 @@ def lease_end(
     lease that started at booking only: one booked ahead is committed to its period) or
     by staff (any lease).
     Its instances stop (/workspace kept), the host is free from ``now``, billing ends."""
+    return _lease_end(lease=lease, actor=actor, reason=reason, now=now or timezone.now())
+
+
+def lease_end_over_limit(*, lease: Lease, reason: str, now: datetime | None = None) -> bool:
+    """End an active lease early because its tenant's balance is past their credit limit
+    (``billing.services.limits``, after the low-balance warning, as for instances): any
+    lease, booked ahead or not. Its instances stop with /workspace kept, billing ends."""
     now = now or timezone.now()
+    return _lease_end(lease=lease, actor=None, reason=reason, now=now, over_limit=True)
+
+
+def _lease_end(
+    *, lease: Lease, actor: User | None, reason: str, now: datetime, over_limit: bool = False
+) -> bool:
     with transaction.atomic():
         lease = _lock(lease)
         if lease.status != L.ACTIVE:
@@ -415,7 +388,12 @@ def lease_end(
             )
         early = now < lease.end
         # Staff may end any lease early (a failing host, an abuse case); billing stops then.
-        if early and lease.reserved and not (actor is not None and actor.is_staff):
+        if (
+            early
+            and lease.reserved
+            and not over_limit
+            and not (actor is not None and actor.is_staff)
+        ):
             raise InvalidTransition(
                 _(
                     "lease %(id)s was booked ahead at the reserved rate and runs until %(end)s "
@@ -427,10 +405,11 @@ def lease_end(
         # Billed per second: the second it ends in counts, so the period is never empty.
         end = max(_second_ceil(now), lease.start + SECOND) if early else lease.end
         for instance in lease.instances.filter(status__in=lifecycle.STOPPABLE):
+            why = f"{reason}: " if over_limit else ""
             lifecycle.instance_stop(
                 instance=instance,
                 actor=actor,
-                reason=f"the dedicated-host lease ended at {end:%Y-%m-%d %H:%M:%S} UTC; "
+                reason=f"{why}the dedicated-host lease ended at {end:%Y-%m-%d %H:%M:%S} UTC; "
                 "/workspace is kept",
                 now=now,
             )
@@ -686,6 +665,7 @@ __all__ = [
     "lease_book",
     "lease_cancel",
     "lease_end",
+    "lease_end_over_limit",
     "lease_launch",
     "lease_meter",
     "lease_quote",

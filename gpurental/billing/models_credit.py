@@ -209,6 +209,49 @@ class VoucherRedemption(models.Model):
         return self.expired_amount is not None
 
 
+class VoucherRefund(models.Model):
+    """The part of a refund that goes back to a voucher's credit, because that credit paid
+    for what is refunded: it is voucher credit again, spent first and expiring at the
+    redemption's ``credit_expires_at``. Refunded after that moment, it is taken back at
+    once by a ledger adjustment (``expiry_entry``). The refund's ledger entry carries the
+    whole amount; these rows say where it came from (billing/services/refunds.py)."""
+
+    redemption = models.ForeignKey(
+        VoucherRedemption, on_delete=models.PROTECT, related_name="refunds"
+    )
+    refund_entry = models.ForeignKey(
+        "billing.LedgerEntry", on_delete=models.PROTECT, related_name="voucher_refunds"
+    )
+    debit_entry = models.ForeignKey(
+        "billing.LedgerEntry",
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The debit refunded, which this voucher's credit paid for (in part)",
+    )
+    amount = models.DecimalField(max_digits=14, decimal_places=6)
+    expiry_entry = models.OneToOneField(
+        "billing.LedgerEntry",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Refunded after the credit expired: taken back at once",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="voucherrefund_amount_positive"),
+            models.UniqueConstraint(
+                fields=["refund_entry", "redemption"], name="voucherrefund_once_per_refund"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.amount} back to {self.redemption}"
+
+
 ZERO = Decimal(0)
 
 

@@ -32,12 +32,18 @@ def balance_of(*, user: User) -> Decimal:
     )
 
 
-def hourly_burn_of(*, user: User) -> Decimal:
-    """What the user's active on-demand instances cost per hour at the full (peak) rate
-    (reserved ones were paid at booking)."""
-    return Instance.objects.filter(
-        user=user, status__in=ACTIVE, reservation__isnull=True
+def hourly_burn_of(*, user: User, leases: bool = True) -> Decimal:
+    """What the user's metered use costs per hour at the full (peak) rate: active on-demand
+    instances (reserved ones were paid at booking; those on a dedicated host are billed
+    through its lease) and, with ``leases``, active dedicated-host leases."""
+    rate = Instance.objects.filter(
+        user=user, status__in=ACTIVE, reservation__isnull=True, lease__isnull=True
     ).aggregate(rate=Sum("plan__hourly_rate"))["rate"] or Decimal("0")
+    if leases:
+        from gpurental.baremetal.selectors import leases_hourly_rate  # baremetal reads billing
+
+        rate += leases_hourly_rate(user=user)
+    return rate
 
 
 @dataclass(frozen=True)

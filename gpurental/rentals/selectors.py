@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, F, Min, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, Min, OuterRef, Q
 from django.db.models.functions import Collate
+from django.utils import timezone
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
@@ -134,21 +135,12 @@ def best_hosts(
     return sorted(_by_host(rows), key=best_fit_order)
 
 
-def gpus_held_by(*, user) -> int:
-    """GPUs the user's on-demand instances hold: what the at-once quota limits (reserved
-    GPUs and dedicated hosts are checked against it when booked)."""
-    held = Instance.objects.filter(
-        user=user, status__in=HOLDING, reservation__isnull=True, lease__isnull=True
-    )
-    return held.aggregate(n=Sum("gpu_count"))["n"] or 0
+def gpus_held_by(*, user, now: datetime | None = None) -> int:
+    """GPUs the account holds now, whatever booked them (what the console and the API show
+    in use). The quota rule and its sums live in ``rentals/holdings.py``."""
+    from gpurental.rentals import holdings  # it builds on this module's ranges
 
-
-def gpus_booked_by(*, user, start: datetime, end: datetime) -> int:
-    """GPUs of the user's live reservations overlapping [start, end) (at most, at once)."""
-    booked = Reservation.objects.filter(
-        user=user, status__in=("booked", "active"), period__overlap=between(start, end)
-    )
-    return booked.aggregate(n=Sum("gpu_count"))["n"] or 0
+    return holdings.gpus_held_now(account=user, now=now or timezone.now())
 
 
 def next_release(*, gpu_model: GPUModel, now: datetime) -> datetime | None:

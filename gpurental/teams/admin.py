@@ -23,9 +23,14 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(ReadOnlyAdmin):
-    list_display = ["name", "slug", "account", "created_at", "created_by"]
+    list_display = ["name", "slug", "account", "gpu_quota", "created_at", "created_by"]
     search_fields = ["name", "slug", "memberships__user__email"]
     inlines = [MembershipInline]
+
+    @admin.display(description="GPU quota (set on the team's account)")
+    def gpu_quota(self, team: Team) -> int:
+        # A new team's account starts at 0; staff raise it on the account's page.
+        return team.account.gpu_quota
 
 
 @admin.register(Invitation)

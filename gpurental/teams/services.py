@@ -147,7 +147,9 @@ def _owners(team: Team) -> int:
 
 @transaction.atomic
 def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
-    """A team with its own account; the creator is its first owner."""
+    """A team with its own account; the creator is its first owner. The account's GPU
+    quota starts at 0: staff set it (the admin), so that a team is no way around a
+    person's own quota."""
     now = now or timezone.now()
     name = _name_checked(name)
     slug = slugify(slug or name)[:50].strip("-")
@@ -172,6 +174,7 @@ def team_create(*, creator: User, name: str, slug: str = "", now=None) -> Team:
         full_name=name,
         company=name,
         kind=AccountKind.TEAM,
+        gpu_quota=0,
     )
     try:
         with transaction.atomic():

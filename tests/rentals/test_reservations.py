@@ -423,7 +423,7 @@ def test_bookings_count_against_the_gpu_quota(alice, plan, one, image, make_host
     book(alice, plan, image)
     with pytest.raises(QuotaExceeded) as refused:
         book(alice, plan, image, START + timedelta(hours=1), END)
-    assert "you have 2 booked over that period" in refused.value.message
+    assert "your quota is 3 GPUs at once and you hold 2; 2 more" in refused.value.message
     book(alice, one, image, START + timedelta(hours=1), END)  # 3 in all: within the quota
     book(alice, plan, image, END, END + timedelta(hours=1))  # later: nothing overlaps
 

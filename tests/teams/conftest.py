@@ -3,6 +3,7 @@ staff (and outside the team)."""
 
 import pytest
 
+from gpurental.accounts.models import User
 from gpurental.teams import services
 from gpurental.teams.models import Membership
 
@@ -10,10 +11,19 @@ from gpurental.teams.models import Membership
 from tests.api.conftest import client_for, fast_password_hasher, node  # noqa: F401
 from tests.factories import UserFactory
 
+TEAM_QUOTA = 8
+
+
+def with_quota(team, gpus: int = TEAM_QUOTA):
+    """A new team's quota is 0 until staff set it (in the admin): set it as they would."""
+    User.objects.filter(pk=team.account_id).update(gpu_quota=gpus)
+    team.account.refresh_from_db()
+    return team
+
 
 @pytest.fixture
 def team(alice):
-    return services.team_create(creator=alice, name="Acme Research", slug="acme")
+    return with_quota(services.team_create(creator=alice, name="Acme Research", slug="acme"))
 
 
 def _join(team, email: str, role: str):

@@ -1,8 +1,11 @@
 """Stop what the balance no longer covers.
 
 A customer whose balance falls below ``-credit_limit`` has their active instances
-stopped, never deleted: ``/workspace`` stays, and the reason is in each instance's
-events. They start again once credit is added.
+stopped, never deleted, and their active dedicated-host leases ended (their instances
+stop the same way): ``/workspace`` stays, and the reason is in each instance's and each
+lease's events. The warning before it is the same for both: the low-balance flag and
+notice count leases in what runs (``billing.selectors.balance_status``), and the credit
+limit is the grace. Instances start again once credit is added.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import F, OuterRef, Subquery, Sum, Value
+from django.db.models import F, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
+from gpurental.baremetal.models import Lease, LeaseStatus
+from gpurental.baremetal.services import lease_end_over_limit
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import ACTIVE
@@ -30,12 +35,18 @@ log = logging.getLogger(__name__)
 
 
 def _unpaid_active():
-    """Active instances that cost money as they run (a reservation's was paid ahead)."""
-    return Instance.objects.filter(status__in=ACTIVE, reservation__isnull=True)
+    """Active instances that cost money as they run (a reservation's was paid ahead; one on
+    a dedicated host is billed through its lease)."""
+    return Instance.objects.filter(status__in=ACTIVE, reservation__isnull=True, lease__isnull=True)
+
+
+def _active_leases():
+    return Lease.objects.filter(status=LeaseStatus.ACTIVE)
 
 
 def users_over_limit() -> list[User]:
-    """Users with active instances whose balance is below minus their credit limit."""
+    """Users with active instances or leases whose balance is below minus their credit
+    limit."""
     balance = (
         LedgerEntry.objects.filter(user=OuterRef("pk"))
         .order_by()
@@ -43,37 +54,46 @@ def users_over_limit() -> list[User]:
         .annotate(total=Sum("amount"))
         .values("total")
     )
+    spending = Q(pk__in=_unpaid_active().values("user")) | Q(pk__in=_active_leases().values("user"))
     return list(
-        User.objects.filter(pk__in=_unpaid_active().values("user"))
+        User.objects.filter(spending)
         .annotate(balance=Coalesce(Subquery(balance), Value(Decimal(0))))
         .filter(balance__lt=-F("credit_limit"))
     )
 
 
 def limits_enforce(*, now: datetime | None = None) -> list[Instance]:
-    """Stop the active instances of every user over their limit; returns those stopped."""
+    """Stop the active instances and end the active leases of every user over their
+    limit; returns the instances stopped (a lease's among them)."""
     now = now or timezone.now()
     cur = settings.BILLING_CURRENCY
     stopped = []
     for user in users_over_limit():
         stopped_now = []
-        reason = (
-            f"stopped because your balance is {quantize_money(user.balance)} {cur} and your "
-            f"credit limit is {user.credit_limit:.2f} {cur}; /workspace is kept. "
-            "Add credit, then start it again."
+        why = (
+            f"your balance is {quantize_money(user.balance)} {cur} and your credit limit is "
+            f"{user.credit_limit:.2f} {cur}"
         )
+        reason = f"stopped because {why}; /workspace is kept. Add credit, then start it again."
+        changes = {"balance": str(user.balance), "credit_limit": str(user.credit_limit)}
         for instance in _unpaid_active().filter(user=user):
             try:
                 lifecycle.instance_stop(instance=instance, reason=reason, now=now)
             except RentalError:
                 log.info("instance %s changed state meanwhile; not stopped", instance.pk)
                 continue
-            audit_record(
-                action="billing.stop_over_limit",
-                obj=instance,
-                changes={"balance": str(user.balance), "credit_limit": str(user.credit_limit)},
-            )
+            audit_record(action="billing.stop_over_limit", obj=instance, changes=changes)
             stopped_now.append(instance)
+        for lease in _active_leases().filter(user=user):
+            running = list(lease.instances.filter(status__in=lifecycle.STOPPABLE))
+            try:
+                ended = lease_end_over_limit(lease=lease, reason=f"ended because {why}", now=now)
+            except RentalError:
+                log.info("lease %s changed state meanwhile; not ended", lease.pk)
+                continue
+            if ended:
+                audit_record(action="billing.lease_ended_over_limit", obj=lease, changes=changes)
+                stopped_now += running
         if stopped_now:
             notify(
                 user,

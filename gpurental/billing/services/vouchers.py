@@ -21,6 +21,7 @@ from gpurental.billing.models import (
     Voucher,
     VoucherRedemption,
 )
+from gpurental.billing.models_credit import VoucherRefund
 
 ZERO = Decimal(0)
 
@@ -144,7 +145,22 @@ def voucher_waterfall(
     """Replay the user's ledger from their first redemption: each debit is paid from the
     voucher credit live at that moment (the one expiring first, first), the rest from
     paid credit. Returns each redemption's remainder, and per debit entry id the part
-    vouchers paid. Refunds count as paid credit."""
+    vouchers paid. A refund of something voucher credit paid gives that credit back to
+    its voucher, with its expiry (``VoucherRefund``); the rest of a refund is paid credit."""
+    grants, paid = _replay(user=user, now=now)
+    credits = [
+        VoucherCredit(g.redemption, g.left, now >= g.redemption.credit_expires_at) for g in grants
+    ]
+    return credits, {entry: sum(parts.values(), ZERO) for entry, parts in paid.items()}
+
+
+def voucher_parts_of(*, user: User, entry: LedgerEntry, now: datetime) -> dict[int, Decimal]:
+    """Per redemption id, the part of the debit ``entry`` that its voucher credit paid."""
+    _grants, paid = _replay(user=user, now=now)
+    return paid.get(entry.pk, {})
+
+
+def _replay(*, user: User, now: datetime) -> tuple[list[_Grant], dict[int, dict[int, Decimal]]]:
     redemptions = list(
         VoucherRedemption.objects.filter(user=user)
         .select_related("voucher")
@@ -152,20 +168,38 @@ def voucher_waterfall(
     )
     if not redemptions:
         return [], {}
-    own = {r.ledger_entry_id for r in redemptions} | {
-        r.expiry_entry_id for r in redemptions if r.expiry_entry_id
-    }
+    back = list(
+        VoucherRefund.objects.filter(redemption__user=user, created_at__lte=now).values_list(
+            "created_at", "refund_entry_id", "redemption_id", "amount", "expiry_entry_id"
+        )
+    )
+    own = (
+        {r.ledger_entry_id for r in redemptions}
+        | {r.expiry_entry_id for r in redemptions if r.expiry_entry_id}
+        | {expired for *_rest, expired in back if expired}
+    )
     debits = (
         LedgerEntry.objects.filter(
             user=user, amount__lt=0, created_at__gte=redemptions[0].redeemed_at, created_at__lte=now
         )
         .exclude(pk__in=own)
-        .order_by("created_at", "id")
-        .values_list("id", "created_at", "amount")
+        .values_list("created_at", "id", "amount")
     )
+    # Credit given back while its voucher was live; what came back later was taken back
+    # at once (its expiry entry), so it never was voucher credit to spend.
+    events = [(at, entry_id, None, amount) for at, entry_id, amount in debits] + [
+        (at, entry_id, redemption_id, amount)
+        for at, entry_id, redemption_id, amount, expired in back
+        if not expired
+    ]
+    events.sort(key=lambda e: (e[0], e[1], e[2] or 0))
     grants = [_Grant(r, r.amount) for r in redemptions]
-    applied: dict[int, Decimal] = {}
-    for entry_id, at, amount in debits:
+    by_id = {g.redemption.pk: g for g in grants}
+    paid: dict[int, dict[int, Decimal]] = {}
+    for at, entry_id, redemption_id, amount in events:
+        if redemption_id is not None:
+            by_id[redemption_id].left += amount
+            continue
         owed = -amount
         live = sorted(
             (
@@ -179,16 +213,11 @@ def voucher_waterfall(
             take = min(grant.left, owed)
             grant.left -= take
             owed -= take
-            applied[entry_id] = applied.get(entry_id, ZERO) + take
+            parts = paid.setdefault(entry_id, {})
+            parts[grant.redemption.pk] = parts.get(grant.redemption.pk, ZERO) + take
             if owed <= 0:
                 break
-    return (
-        [
-            VoucherCredit(g.redemption, g.left, now >= g.redemption.credit_expires_at)
-            for g in grants
-        ],
-        applied,
-    )
+    return grants, paid
 
 
 def voucher_credit_of(*, user: User, now: datetime | None = None) -> Decimal:
@@ -257,6 +286,7 @@ __all__ = [
     "voucher_applied_between",
     "voucher_credit_expire",
     "voucher_credit_of",
+    "voucher_parts_of",
     "voucher_redeem",
     "voucher_waterfall",
 ]

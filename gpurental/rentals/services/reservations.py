@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -27,15 +27,16 @@ from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.billing import pricing
-from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry
-from gpurental.billing.selectors import balance_of, operator_zone
+from gpurental.billing.selectors import operator_zone
+from gpurental.billing.services import prepaid
 from gpurental.billing.services.invoicing import invoice_credit_note
+from gpurental.billing.services.refunds import refund_post
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.notifications.services import notify
-from gpurental.rentals import selectors
-from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
+from gpurental.rentals import holdings, selectors
+from gpurental.rentals.exceptions import InvalidTransition, RentalError
 from gpurental.rentals.models import (
     Allocation,
     Instance,
@@ -51,7 +52,6 @@ from gpurental.rentals.services.transitions import status_move
 
 log = logging.getLogger(__name__)
 R = ReservationStatus
-CENT = Decimal("0.01")
 
 
 # --- building blocks ----------------------------------------------------------
@@ -112,18 +112,19 @@ def _lock(reservation: Reservation | str, *, skip_locked: bool = False) -> Reser
 
 
 def _refund(reservation: Reservation, amount: Decimal, *, now: datetime, why: str) -> None:
-    """Pay ``amount`` back to the balance. If the invoice that charged the reservation is
-    issued already, the refund also comes as a credit note against its line, so every
-    refund is on a document."""
+    """Pay ``amount`` back to where it came from (voucher credit returns to its voucher,
+    with its expiry: billing.services.refunds). If the invoice that charged the
+    reservation is issued already, the refund also comes as a credit note against its
+    line, so every refund is on a document."""
     if amount <= 0:
         return
-    LedgerEntry.objects.create(
-        user_id=reservation.user_id,
-        kind=LedgerEntry.Kind.REFUND,
+    debit = LedgerEntry.objects.get(reservation=reservation, kind=LedgerEntry.Kind.RESERVATION)
+    refund_post(
+        debit=debit,
         amount=amount,
         reservation=reservation,
-        created_at=now,
-        description=f"Refund: {reservation}, {why}"[:255],
+        now=now,
+        description=f"Refund: {reservation}, {why}",
     )
     line = (
         InvoiceLine.objects.filter(
@@ -205,19 +206,10 @@ def reservation_book(
     )
     plan, start, end, price = quote.plan, quote.start, quote.end, quote.price
     with transaction.atomic():
-        # One booking or launch at a time per user: the balance is checked and spent once.
-        locked_user = User.objects.select_for_update().get(pk=user.pk)
-        booked = selectors.gpus_booked_by(user=locked_user, start=start, end=end)
-        if booked + plan.gpu_count > locked_user.gpu_quota:
-            raise QuotaExceeded(
-                _(
-                    "your quota is %(quota)s GPUs at once and you have %(booked)s booked over "
-                    "that period; %(count)s more would exceed it"
-                )
-                % {"quota": locked_user.gpu_quota, "booked": booked, "count": plan.gpu_count},
-                field="gpu_count",
-            )
-        _check_balance(locked_user, price)
+        # One booking or launch at a time per account: the balance is checked and spent once.
+        locked_user = holdings.account_lock(user.pk)
+        holdings.quota_check(account=locked_user, count=plan.gpu_count, start=start, end=end)
+        prepaid.booking_allowed(account=locked_user, price=price, kind="reservation", now=now)
         reservation = Reservation.objects.create(
             user=locked_user,
             plan=plan,
@@ -256,29 +248,6 @@ def reservation_book(
             actor=user,
         )
     return reservation
-
-
-def _check_balance(user: User, price: Decimal) -> None:
-    if not settings.BILLING_ENFORCE_BALANCE:
-        return
-    available = balance_of(user=user) + user.credit_limit
-    if available >= price:
-        return
-    cur = settings.BILLING_CURRENCY
-    shortfall = (price - available).quantize(CENT, rounding=ROUND_CEILING)
-    raise InsufficientBalance(
-        _(
-            "this reservation costs %(price)s %(cur)s, paid at booking; you have "
-            "%(available)s %(cur)s to spend. Add at least %(shortfall)s %(cur)s of credit."
-        )
-        % {
-            "price": price,
-            "cur": cur,
-            "available": pricing.quantize_money(available),
-            "shortfall": f"{shortfall:.2f}",
-        },
-        field="plan",
-    )
 
 
 def refund_for(reservation: Reservation, *, now: datetime) -> Decimal | None:

@@ -17,8 +17,8 @@ from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import GPU, Host
 from gpurental.gateway import sshkeys
 from gpurental.modelcache.selectors import host_has_model, hosts_with_model, models_offered
-from gpurental.rentals import hostcalls, selectors
-from gpurental.rentals.exceptions import InvalidTransition, QuotaExceeded, RentalError
+from gpurental.rentals import holdings, hostcalls, selectors
+from gpurental.rentals.exceptions import InvalidTransition, RentalError
 from gpurental.rentals.models import Allocation, Instance, InstanceEvent, Reservation
 from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-exported
     STOPPABLE,
@@ -94,11 +94,14 @@ def instance_launch(
     if hf_model:
         hf_model = modelcache_launch_check(hf_model)
     with transaction.atomic():
-        # One launch at a time per user, so two launches cannot both pass the quota or the
+        # One booking at a time per account, so two cannot both pass the quota or the
         # balance check.
-        locked_user = _lock_user(user.pk)
-        _check_quota(
-            locked_user, plan.gpu_count, extra=_("Stop an instance or ask for a higher quota.")
+        locked_user = holdings.account_lock(user.pk)
+        holdings.quota_check(
+            account=locked_user,
+            count=plan.gpu_count,
+            start=now,
+            hint=_("Stop an instance or ask for a higher quota."),
         )
         prepaid.launch_allowed(user=locked_user, plan=plan, now=now)
         instance = Instance.objects.create(
@@ -206,7 +209,9 @@ def instance_launch_reserved(
 
 def instance_launch_leased(*, lease, image: ImageTemplate, actor: User | None, now: datetime):
     """A new instance on every GPU of a dedicated host's lease (the lease locked by the
-    caller, active, with no instance holding it: gpurental/baremetal/services.py checks)."""
+    caller, active, with no instance holding it: gpurental/baremetal/services.py checks).
+    The lease is billed as it runs: its tenant's money must still cover what is committed."""
+    prepaid.leased_run_allowed(account=holdings.account_lock(lease.user_id), now=now)
     plan = lease.plan.instance_plan
     instance = Instance.objects.create(
         user_id=lease.user_id,
@@ -250,20 +255,6 @@ def _created(instance: Instance, *, reason: str, actor: User | None = None) -> N
         reason=reason,
     )
     _progress(instance, step="queued", reason="waiting for the host agent", now=now)
-
-
-def _lock_user(pk) -> User:
-    return User.objects.select_for_update().get(pk=pk)
-
-
-def _check_quota(user: User, count: int, *, extra: str = "") -> None:
-    held = selectors.gpus_held_by(user=user)
-    if held + count > user.gpu_quota:
-        message = _(
-            "your quota is %(quota)s GPUs at once and you hold %(held)s; "
-            "%(count)s more would exceed it."
-        ) % {"quota": user.gpu_quota, "held": held, "count": count}
-        raise QuotaExceeded(f"{message} {extra}" if extra else message, field="gpu_count")
 
 
 def instance_stop(
@@ -396,7 +387,8 @@ def _lease_model():
 
 def _leased_gpus(instance: Instance, now: datetime) -> str:
     """An instance on a dedicated host starts again only while its lease is active and
-    still holds the host for it (never as an unbilled on-demand run after the lease)."""
+    still holds the host for it (never as an unbilled on-demand run after the lease), and
+    while its tenant's money covers what the lease has committed."""
     lease = instance.lease
     mine = Allocation.objects.filter(lease=lease, instance=instance).exists()
     if lease.status != "active" or not lease.period.lower <= now < lease.period.upper or not mine:
@@ -416,12 +408,13 @@ def _leased_gpus(instance: Instance, now: datetime) -> str:
                 "another instance was launched into it; launch into an active lease instead"
             )
         raise InvalidTransition(message % period, field="status")
+    prepaid.leased_run_allowed(account=holdings.account_lock(instance.user_id), now=now)
     return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
 
 
 def _allocate_again(instance: Instance, now: datetime, *, same_gpus: bool = False) -> str:
-    user = _lock_user(instance.user_id)
-    _check_quota(user, instance.gpu_count)
+    user = holdings.account_lock(instance.user_id)
+    holdings.quota_check(account=user, count=instance.gpu_count, start=now)
     prepaid.launch_allowed(user=user, plan=instance.plan, now=now)
     if same_gpus and (indices := _hold_last_gpus(instance, now)):
         return indices
