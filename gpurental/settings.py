@@ -412,6 +412,10 @@ GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8001" if DEBUG else "443"))
 GATEWAY_TICKET_TTL_S = int(os.environ.get("GATEWAY_TICKET_TTL_S", "60"))
 # The cookie a ticket is exchanged for lasts this long (and dies sooner with the run).
 GATEWAY_SESSION_TTL_S = int(os.environ.get("GATEWAY_SESSION_TTL_S", str(12 * 3600)))
+# Open connections (requests being proxied and websockets) per person and per instance, in
+# each gateway process; past either the gateway answers 429 (gpurental/gateway/limits.py).
+GATEWAY_MAX_CONNECTIONS_PER_USER = env_int("GATEWAY_MAX_CONNECTIONS_PER_USER", 200)
+GATEWAY_MAX_CONNECTIONS_PER_INSTANCE = env_int("GATEWAY_MAX_CONNECTIONS_PER_INSTANCE", 100)
 # SSH gateway: where customers connect (`ssh <instance id>@SSH_GATEWAY_HOST -p SSH_GATEWAY_PORT`),
 # its host key and the client key it logs in to instances with (both made on first use).
 SSH_GATEWAY_HOST = os.environ.get("SSH_GATEWAY_HOST", "127.0.0.1")

@@ -40,6 +40,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gpurental import addresses
 from gpurental.groups import load
 
 log = logging.getLogger("gpurental.gateway.groups")
@@ -84,6 +85,17 @@ FORWARDING = frozenset({"forwarded", "x-real-ip", "x-scheme"})
 def client_may_not_say(lower_name: str) -> bool:
     """A request header the client sent that no upstream may receive from it."""
     return lower_name in FORWARDING or lower_name.startswith("x-forwarded-")
+
+
+def forwarded_chain(request: web.Request, trusted: tuple[addresses.Network, ...]) -> str:
+    """The X-Forwarded-For an upstream gets (both gateways): behind a trusted proxy (the
+    platform's TRUSTED_PROXIES) its chain with the proxy appended; from anyone else only
+    the address it connected from."""
+    return addresses.forwarded_for(
+        peer=request.remote,
+        incoming=", ".join(request.headers.getall("X-Forwarded-For", [])),
+        trusted=trusted,
+    )
 
 
 # Not forwarded to a replica: what only the platform may say (and client_may_not_say).
@@ -413,8 +425,10 @@ class GroupEndpoints:
         authenticate: Callable[[str], int | None] = api_key_owner,
         wake: Callable[[str], None] = wake_autoscaler,
         process: str | None = None,
+        trusted_proxies: tuple[addresses.Network, ...] = (),
     ):
         self.scheme = scheme
+        self.trusted_proxies = trusted_proxies
         self._lookup = lookup
         self._authenticate = authenticate
         self._wake = wake
@@ -719,7 +733,7 @@ class GroupEndpoints:
             lower = name.lower()
             if lower not in DROPPED and not client_may_not_say(lower):
                 headers.add(name, value)
-        headers["X-Forwarded-For"] = request.remote or ""
+        headers["X-Forwarded-For"] = forwarded_chain(request, self.trusted_proxies)
         headers["X-Forwarded-Proto"] = self.scheme
         headers["X-Forwarded-Host"] = request.host
         return headers

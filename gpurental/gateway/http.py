@@ -43,8 +43,10 @@ from django.conf import settings
 from django.db import close_old_connections
 from multidict import CIMultiDict
 
+from gpurental.addresses import trusted_networks
 from gpurental.gateway import groups, routes, stats, tickets
-from gpurental.gateway.groups import HOP_BY_HOP, client_may_not_say
+from gpurental.gateway.groups import HOP_BY_HOP, client_may_not_say, forwarded_chain
+from gpurental.gateway.limits import ConnectionCaps
 from gpurental.gateway.routes import Address, Route
 from gpurental.groups import load as groups_load
 
@@ -60,8 +62,9 @@ ROUTE_TTL_S = 30.0  # a safety net: state changes drop a route at once
 STATE_PATTERN = "gpurental:instance-state:*"
 CHUNK = 64 * 1024
 # A websocket message is held whole here before it goes on: one bound, both ways, so that
-# no client or container can take the gateway's memory (JupyterLab's own is 10 MiB inbound).
-MAX_WS_MESSAGE = 64 * 1024 * 1024
+# no client or container can take the gateway's memory (with GATEWAY_MAX_CONNECTIONS_PER_USER
+# sockets each). Kernel messages are far smaller; a bigger output should be a file.
+MAX_WS_MESSAGE = 4 * 1024 * 1024
 
 
 class RouteCache:
@@ -136,8 +139,15 @@ class Gateway:
             redis_url = layer_redis_url()
         self.redis = aioredis.Redis.from_url(redis_url, socket_connect_timeout=2)
         self.routes = route_cache or RouteCache()
+        self.trusted_proxies = trusted_networks(tuple(settings.TRUSTED_PROXIES))
         # Groups' endpoints, grp-<id>.<domain> (gpurental/gateway/groups.py).
-        self.groups = group_endpoints or groups.GroupEndpoints(scheme=self.scheme)
+        self.groups = group_endpoints or groups.GroupEndpoints(
+            scheme=self.scheme, trusted_proxies=self.trusted_proxies
+        )
+        self.caps = ConnectionCaps(
+            per_user=settings.GATEWAY_MAX_CONNECTIONS_PER_USER,
+            per_instance=settings.GATEWAY_MAX_CONNECTIONS_PER_INSTANCE,
+        )
         self.sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
         self.client: aiohttp.ClientSession = None  # type: ignore[assignment]  # made at startup
         self._listener: asyncio.Task | None = None
@@ -245,7 +255,10 @@ class Gateway:
         if group_id is not None:
             return await self.groups.handle(request, group_id)
         started = time.monotonic()
-        response = await self._handle_instance(request)
+        try:
+            response = await self._handle_instance(request)
+        finally:
+            self.caps.release(request)
         self.stats.answered(response.status, time.monotonic() - started)
         return response
 
@@ -269,6 +282,9 @@ class Gateway:
         websocket = request.headers.get("Upgrade", "").lower() == "websocket"
         if (websocket or request.method not in SAFE_METHODS) and not self._same_origin(request):
             return web.Response(status=403, text="Cross-origin request refused by the gateway.\n")
+        refused = self.caps.admit(request, user=session.get("u"), instance=route.instance_id)
+        if refused is not None:
+            return refused
         headers = self._upstream_headers(request, route)
         url = f"http://{upstream[0]}:{upstream[1]}{_without_token(request)}"
         if websocket:
@@ -345,7 +361,7 @@ class Gateway:
                 continue  # negotiated by ws_connect below
             headers.add(name, value)
         headers["Authorization"] = f"token {route.token}"
-        headers["X-Forwarded-For"] = request.remote or ""
+        headers["X-Forwarded-For"] = forwarded_chain(request, self.trusted_proxies)
         headers["X-Forwarded-Proto"] = self.scheme
         headers["X-Forwarded-Host"] = request.host
         return headers
