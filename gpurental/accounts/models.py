@@ -8,6 +8,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from django.utils.translation import gettext_lazy as _
 
 
@@ -75,6 +76,12 @@ class User(AbstractBaseUser, PermissionsMixin):
         default=Decimal("0.00"),
         help_text="How far below zero the balance may go before instances are stopped.",
     )
+    credentials_generation = models.PositiveIntegerField(
+        default=0,
+        editable=False,
+        help_text="Raised when every session is ended (password reset or change, log out "
+        "everywhere): console sessions and gateway cookies of an earlier generation are void.",
+    )
 
     objects = UserManager()
 
@@ -94,16 +101,32 @@ class User(AbstractBaseUser, PermissionsMixin):
     def __str__(self) -> str:
         return self.email
 
+    def _get_session_auth_hash(self, secret=None):
+        # Django ends a session whose stored hash no longer matches (a password change);
+        # the generation makes "log out everywhere" do the same. Generation 0 keeps Django's
+        # own hash, so that sessions made before the generation existed stay valid.
+        if not self.credentials_generation:
+            return super()._get_session_auth_hash(secret=secret)
+        return salted_hmac(
+            "gpurental.accounts.User.session_auth_hash",
+            f"{self.password}:{self.credentials_generation}",
+            secret=secret,
+            algorithm="sha256",
+        ).hexdigest()
+
 
 class ApiKeyScope(models.TextChoices):
     """What a key may do. Reading needs ``read`` or the area's own scope; changing needs
-    the area's scope; billing data needs ``billing``. Staff powers come through a key only
-    with ``staff``, which only staff can give."""
+    the area's scope; billing data needs ``billing``; changing the account itself (keys,
+    SSH keys, webhooks, preferences, logging out everywhere) needs ``account``. Staff
+    powers come through a key only with ``staff``, which only staff can give
+    (``gpurental.api.permissions``)."""
 
     READ = "read", _("Read instances, reservations and the catalog")
     INSTANCES = "instances", _("Launch and manage instances")
     RESERVATIONS = "reservations", _("Book and cancel reservations")
     BILLING = "billing", _("Usage, invoices and balance")
+    ACCOUNT = "account", _("Change your account: API keys, SSH keys, webhooks, log-outs")
     STAFF = "staff", _("Staff powers (staff only)")
 
 

@@ -2,10 +2,14 @@
 
 | area | read (GET) | change |
 | --- | --- | --- |
-| ``catalog``, ``account`` | any scope | any scope (a new key gets at most its creator's) |
-| ``instances`` (and SSH keys), ``reservations`` | ``read`` or the area's scope | the area's scope |
-| ``billing`` | ``billing`` | ``billing`` |
+| ``catalog`` | any scope | nothing to change |
+| ``account`` (API keys, SSH keys, webhooks, preferences, log out everywhere) | any scope | ``account`` (a new key gets at most its creator's scopes) |
+| ``instances`` (and groups), ``reservations`` (and leases) | ``read`` or the area's scope | the area's scope |
+| ``billing`` (and payments) | ``billing`` | ``billing`` |
 | ``teams`` | any scope | every customer scope: who is in a team decides everything |
+
+So a ``read`` key changes nothing anywhere (``tests/api/test_key_scopes.py`` walks every
+route that changes something). A view that names no area is ``catalog``: reading only.
 
 A console session is not a key: it has its user's own rights.
 """
@@ -30,7 +34,13 @@ def scopes_needed(area: str, method: str) -> frozenset[str]:
         if method in SAFE_METHODS:
             return frozenset({ApiKeyScope.READ, area})
         return frozenset({area})
-    return ANY
+    if method in SAFE_METHODS:
+        return ANY
+    if area == "account":
+        return frozenset({ApiKeyScope.ACCOUNT})
+    # The catalog (and a view that names no area) is read-only through a key; staff change
+    # it in the back-office.
+    return frozenset({ApiKeyScope.STAFF})
 
 
 class KeyScopes(BasePermission):

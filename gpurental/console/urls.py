@@ -9,6 +9,7 @@ from gpurental.console import (
     views_groups,
     views_language,
     views_notifications,
+    views_security,
     views_sshkeys,
 )
 
@@ -21,7 +22,8 @@ urlpatterns = [
     path("signup/confirm/<str:token>/", views.signup_confirm_view, name="signup_confirm"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("password/change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("logout/everywhere/", views_security.logout_everywhere, name="logout_everywhere"),
+    path("password/change/", views_security.PasswordChange.as_view(), name="password_change"),
     path(
         "password/change/done/",
         auth_views.PasswordChangeDoneView.as_view(),
@@ -35,7 +37,7 @@ urlpatterns = [
     ),
     path(
         "password/reset/<uidb64>/<token>/",
-        views.PasswordResetConfirm.as_view(),
+        views_security.PasswordResetConfirm.as_view(),
         name="password_reset_confirm",
     ),
     path(

@@ -234,7 +234,9 @@ class Gateway:
                 await ws.close(
                     code=aiohttp.WSCloseCode.POLICY_VIOLATION, message=b"instance stopped"
                 )
-            elif not route.admits(ws["user"]):  # a team member removed or demoted since
+            elif not route.admits(ws["user"], ws["generation"]):
+                # A team member removed or demoted since, or the person's credentials
+                # revoked (a password reset, "log out everywhere").
                 await ws.close(code=aiohttp.WSCloseCode.POLICY_VIOLATION, message=b"no access")
 
     # --- requests ------------------------------------------------------------
@@ -274,7 +276,11 @@ class Gateway:
         if session is None:
             return not_found()
         route = await self.routes.get(address.instance_id)
-        if route is None or not route.admits(session.get("u")) or route.run != session.get("r"):
+        if (
+            route is None
+            or not route.admits(session.get("u"), session.get("g"))
+            or route.run != session.get("r")
+        ):
             return not_found()
         upstream = route.upstream(address.port)
         if upstream is None:
@@ -288,7 +294,7 @@ class Gateway:
         headers = self._upstream_headers(request, route)
         url = f"http://{upstream[0]}:{upstream[1]}{_without_token(request)}"
         if websocket:
-            return await self._websocket(request, route, url, headers, user_id=session.get("u"))
+            return await self._websocket(request, route, url, headers, session=session)
         return await self._http(request, url, headers)
 
     async def _enter(self, request: web.Request, address: Address) -> web.StreamResponse:
@@ -312,14 +318,19 @@ class Gateway:
             return not_found(expired)
         self.routes.drop(address.instance_id)  # the freshest state for a new session
         route = await self.routes.get(address.instance_id)
-        if route is None or not route.admits(data.get("user")):
+        if route is None or not route.admits(data.get("user"), data.get("g")):
             return not_found(expired)
         response = web.HTTPFound(data.get("next") or "/")
         response.headers["Cache-Control"] = "no-store"
         response.headers["Referrer-Policy"] = "no-referrer"
         response.set_cookie(
             self.cookie,
-            tickets.cookie_value(user_id=data["user"], label=address.label, run=route.run),
+            tickets.cookie_value(
+                user_id=data["user"],
+                label=address.label,
+                run=route.run,
+                generation=data.get("g") or 0,
+            ),
             max_age=settings.GATEWAY_SESSION_TTL_S,
             path="/",
             secure=self.secure,
@@ -403,7 +414,7 @@ class Gateway:
             return response
 
     async def _websocket(
-        self, request: web.Request, route: Route, url: str, headers: CIMultiDict, *, user_id
+        self, request: web.Request, route: Route, url: str, headers: CIMultiDict, *, session: dict
     ) -> web.StreamResponse:
         offered = [
             p.strip()
@@ -422,7 +433,7 @@ class Gateway:
             heartbeat=30,  # keeps idle kernels' sockets alive through middleboxes
             max_msg_size=MAX_WS_MESSAGE,
         )
-        ws["run"], ws["user"] = route.run, user_id
+        ws["run"], ws["user"], ws["generation"] = route.run, session.get("u"), session.get("g")
         try:
             await ws.prepare(request)
         except Exception:

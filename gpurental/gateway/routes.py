@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
@@ -44,10 +45,18 @@ class Route:
     run: str  # changes with every start: a cookie from an earlier run is void
     # For a team's instance, the members who may get in (roles.OPERATORS), as of this lookup.
     operators: frozenset[int] = frozenset()
+    # Each admitted person's credentials generation (User.credentials_generation): a session
+    # opened in an earlier one was ended by a password reset or "log out everywhere".
+    generations: Mapping[int, int] = field(default_factory=dict)
 
-    def admits(self, user_id) -> bool:
-        """Whether the person ``user_id`` may use this route: the owner, or an operator."""
-        return user_id is not None and (user_id == self.owner_id or user_id in self.operators)
+    def admits(self, user_id, generation: int | None = None) -> bool:
+        """Whether the person ``user_id``, with a session of credentials ``generation``
+        (None: one made before generations, so 0; a revoked person's is higher, so
+        leaving it out fails closed), may use this route: the owner, or an
+        operator, whose credentials have not been revoked since."""
+        if user_id is None or not (user_id == self.owner_id or user_id in self.operators):
+            return False
+        return (generation or 0) == self.generations.get(user_id, 0)
 
     def upstream(self, port: int | None) -> tuple[str, int] | None:
         host_port = self.ports.get(self.jupyter_port if port is None else port)
@@ -109,10 +118,11 @@ def route_for(instance_id: str) -> Route | None:
         # A switched-off account loses the gateway as it loses SSH and the API, whatever
         # session cookie its browser still holds.
         Instance.objects.filter(pk=instance_id, status=InstanceStatus.RUNNING, user__is_active=True)
-        .select_related("host", "image")
+        .select_related("host", "image", "user")
         .only(
             "id",
             "user_id",
+            "user__credentials_generation",
             "jupyter_port",
             "jupyter_token",
             "ports",
@@ -124,6 +134,13 @@ def route_for(instance_id: str) -> Route | None:
     )
     if instance is None or instance.host is None or not instance.jupyter_token:
         return None
+    operators = dict(
+        Membership.objects.filter(
+            team__account_id=instance.user_id,
+            role__in=roles.OPERATORS,
+            user__is_active=True,
+        ).values_list("user_id", "user__credentials_generation")
+    )
     declared = {instance.image.port, *(instance.image.http_ports or [])}
     reported = {int(k): int(v) for k, v in (instance.ports or {}).items()}
     if not reported and instance.jupyter_port:  # reported by an agent older than the gateway
@@ -137,11 +154,6 @@ def route_for(instance_id: str) -> Route | None:
         jupyter_port=instance.image.port,
         token=instance.jupyter_token,
         run=run_of(instance.jupyter_token),
-        operators=frozenset(
-            Membership.objects.filter(
-                team__account_id=instance.user_id,
-                role__in=roles.OPERATORS,
-                user__is_active=True,
-            ).values_list("user_id", flat=True)
-        ),
+        operators=frozenset(operators),
+        generations={instance.user_id: instance.user.credentials_generation, **operators},
     )

@@ -13,9 +13,11 @@
   channel, with window changes, signals and exit statuses. ``ssh -L`` (direct-tcpip) is
   opened by the container's sshd, inside the container's network: never from the gateway
   host itself. Remote forwarding (``ssh -R``), agent and X11 forwarding are refused.
-- Access is asked again whenever the instance's state channel speaks (a state change, or
-  a team's membership change: ``teams.services``): a connection whose key ``ssh_login``
-  now refuses (a member removed or demoted below member, the instance stopped) is closed.
+- Access is asked again whenever the instance's state channel speaks (a state change, a
+  team's membership change: ``teams.services``, a person's credentials revoked:
+  ``accounts.services.account_credentials_revoke``): a connection whose key ``ssh_login``
+  now refuses (a member removed or demoted below member, the instance stopped), or whose
+  key holder's credentials generation has moved on since it logged in, is closed.
 """
 
 from __future__ import annotations
@@ -315,9 +317,14 @@ class GatewayServer(asyncssh.SSHServer):
 
     async def recheck(self) -> None:
         """Ask ``ssh_login`` again with the key this connection logged in with; close the
-        connection if it now refuses."""
+        connection if it now refuses, or if its holder's credentials were revoked since."""
         target = await asyncio.to_thread(_login, self._username, self._line)
-        if target is None and self._conn is not None:
+        then = self._target
+        revoked = target is not None and (target.holder_id, target.generation) != (
+            then.holder_id,
+            then.generation,
+        )
+        if (target is None or revoked) and self._conn is not None:
             log.info("ssh access ended: %s from %s", self.instance_id, self._peer)
             self._conn.close()
 

@@ -56,6 +56,10 @@ class Upstream:
     address: str
     port: int
     host_public_key: str  # this run's sshd host key, the only one to trust
+    # The key's holder and their credentials generation at this login: a connection whose
+    # holder's generation has moved on since (a password reset, "log out everywhere") ends.
+    holder_id: int = 0
+    generation: int = 0
 
 
 def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
@@ -79,7 +83,11 @@ def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
         user__memberships__team__account_id=instance.user_id,
         user__memberships__role__in=roles.OPERATORS,
     )
-    key = SSHKey.objects.filter(holders, public_key=public_key_line, user__is_active=True).first()
+    key = (
+        SSHKey.objects.filter(holders, public_key=public_key_line, user__is_active=True)
+        .select_related("user")
+        .first()
+    )
     if key is None:
         return None
     ssh_key_touch(key_id=key.pk)
@@ -91,4 +99,6 @@ def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
         address=instance.host.address,
         port=int(port),
         host_public_key=sshkeys.public_key_of(instance.ssh_host_key),
+        holder_id=key.user_id,
+        generation=key.user.credentials_generation,
     )

@@ -7,8 +7,12 @@ for one use. Only its hash is stored (Redis, with that expiry). The browser take
 and answers with a cookie scoped to that origin alone, then sends the browser on without
 the ticket in the address bar.
 
-The cookie is signed with the platform's SECRET_KEY: {user, host label, run}. The run
-changes with every start, so a cookie never outlives the run it was issued for.
+The cookie is signed with the platform's SECRET_KEY: {user, host label, run, credentials
+generation}. The run changes with every start, so a cookie never outlives the run it was
+issued for; the generation changes when the user's credentials are revoked (a password
+reset or change, "log out everywhere": ``accounts.services.account_credentials_revoke``),
+so a cookie (or a ticket) from before that opens nothing, and the gateway, woken on the
+instances' state channels, closes the websockets it carried.
 """
 
 from __future__ import annotations
@@ -54,7 +58,14 @@ def ticket_mint(*, user, instance, port: int | None = None, next_path: str = "/"
     ttl = settings.GATEWAY_TICKET_TTL_S
     state_redis().set(
         ticket_key(ticket),
-        json.dumps({"user": user.pk, "label": label, "next": next_path}),
+        json.dumps(
+            {
+                "user": user.pk,
+                "g": user.credentials_generation,
+                "label": label,
+                "next": next_path,
+            }
+        ),
         ex=ttl,
     )
     return Ticket(
@@ -98,8 +109,10 @@ def cookie_name(secure: bool) -> str:
     return "__Host-gpurental-gw" if secure else "gpurental-gw"
 
 
-def cookie_value(*, user_id: int, label: str, run: str) -> str:
-    return signing.dumps({"u": user_id, "l": label, "r": run}, salt=COOKIE_SALT, compress=False)
+def cookie_value(*, user_id: int, label: str, run: str, generation: int = 0) -> str:
+    return signing.dumps(
+        {"u": user_id, "l": label, "r": run, "g": generation}, salt=COOKIE_SALT, compress=False
+    )
 
 
 def cookie_read(value: str) -> dict | None:

@@ -66,6 +66,17 @@ def publish_instance_event(instance_id, payload: dict) -> None:
     transaction.on_commit(send)
 
 
+def instances_wake(instance_ids) -> None:
+    """Publish a wake-up on each instance's state channel now (call it after commit): the
+    gateway and the SSH gateway ask again who may reach each, and close what they no
+    longer admit. A lost wake-up is harmless: the gateway's route TTL ends access too."""
+    for instance_id in instance_ids:
+        try:
+            state_redis().publish(state_channel(instance_id), "changed")
+        except Exception:  # noqa: BLE001 - see module docstring
+            log.warning("could not wake the gateway for instance %s", instance_id, exc_info=True)
+
+
 # The states that end a wait whatever was waited for: from these the instance moves on
 # only when someone acts (the SDK raises on them rather than waiting on).
 WAIT_ENDS = frozenset({"failed", "lost", "terminated"})

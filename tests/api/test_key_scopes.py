@@ -3,6 +3,8 @@ scope (which only staff can give), expiry, and revocation by a password reset.""
 
 from __future__ import annotations
 
+import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -113,7 +115,7 @@ def test_only_staff_can_give_the_staff_scope(client_for, alice, carol, db):
     )
     assert "staff users only" in error["message"]
     # Staff through a key without the staff scope cannot give it either.
-    plain = client_for(carol, scopes=["read"])
+    plain = client_for(carol, scopes=["read", "account"])
     assert_error(
         plain.post("/api/v1/api-keys/", {"name": "x", "scopes": ["read", "staff"]}, format="json"),
         400,
@@ -126,7 +128,7 @@ def test_only_staff_can_give_the_staff_scope(client_for, alice, carol, db):
 
 
 def test_a_key_cannot_make_a_key_with_more_than_it_has(client_for, alice, db):
-    narrow = client_for(alice, scopes=["read"])
+    narrow = client_for(alice, scopes=["read", "account"])
     error = assert_error(
         narrow.post("/api/v1/api-keys/", {"name": "x", "scopes": ["billing"]}, format="json"),
         400,
@@ -135,7 +137,7 @@ def test_a_key_cannot_make_a_key_with_more_than_it_has(client_for, alice, db):
     )
     assert "no billing scope to give" in error["message"]
     made = narrow.post("/api/v1/api-keys/", {"name": "x"}, format="json")
-    assert made.status_code == 201 and made.json()["scopes"] == ["read"]
+    assert made.status_code == 201 and made.json()["scopes"] == ["account", "read"]
 
 
 def test_an_expired_key_is_refused_like_an_unknown_one(client_for, alice, db):
@@ -166,17 +168,107 @@ def test_a_password_reset_revokes_the_users_keys(client, client_for, alice, db):
     assert ApiKey.objects.filter(user=alice, revoked_at__isnull=True).count() == 0
 
 
-def test_adding_an_ssh_key_needs_the_instances_scope(client_for, alice):
-    """An SSH key lets its holder into every instance: a read-only key (a dashboard's) may
-    list the keys but not add one; a key with the instances scope may."""
+def test_adding_an_ssh_key_needs_the_account_scope(client_for, alice):
+    """An SSH key is a credential (a way into every instance): a read-only key (a
+    dashboard's) may list the keys but not add one, nor may a key that only manages
+    instances; a key with the account scope may."""
     from tests.gateway.test_ssh_keys import public_line
 
-    reader = client_for(alice, scopes=["read"])
-    assert reader.get("/api/v1/ssh-keys/").status_code == 200
-    refused = reader.post("/api/v1/ssh-keys/", {"public_key": public_line()}, format="json")
-    assert_error(refused, 403, "permission_denied")
-    assert "instances" in refused.json()["error"]["message"]
-    operator = client_for(alice, scopes=["instances"])
-    added = operator.post("/api/v1/ssh-keys/", {"public_key": public_line()}, format="json")
+    for scopes in (["read"], ["read", "instances"]):
+        reader = client_for(alice, scopes=scopes)
+        assert reader.get("/api/v1/ssh-keys/").status_code == 200
+        refused = reader.post("/api/v1/ssh-keys/", {"public_key": public_line()}, format="json")
+        assert_error(refused, 403, "permission_denied")
+        assert "needs the account scope" in refused.json()["error"]["message"]
+    owner = client_for(alice, scopes=["account"])
+    added = owner.post("/api/v1/ssh-keys/", {"public_key": public_line()}, format="json")
     assert added.status_code == 201, added.content
     assert alice.ssh_keys.count() == 1
+
+
+# --- a read-only key changes nothing: every route that changes something, walked --------
+
+# The account area: each write here needs the account scope.
+ACCOUNT_WRITES = {
+    "api-keys/",
+    "api-keys/<id>/",
+    "ssh-keys/",
+    "ssh-keys/<id>/",
+    "webhooks/",
+    "webhooks/<id>/",
+    "webhook-deliveries/<id>/resend/",
+    "notification-preferences/<event>/",
+    "me/log-out-everywhere/",
+}
+UNSAFE = ("post", "put", "patch", "delete")
+GROUP = re.compile(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>")
+
+
+def _routes():
+    """(path with <names>, path to request, view class, [unsafe methods]) of every API
+    route that changes something."""
+    from django.urls import URLResolver
+
+    from gpurental.api import urls
+
+    def walk(patterns, prefix=""):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            else:
+                yield prefix + str(pattern.pattern), pattern.callback
+
+    samples = {"slug": "some-team", "member": "1", "event": "instance_running"}
+    for raw, callback in walk(urls.v1):
+        view = getattr(callback, "cls", None) or callback.view_class
+        actions = getattr(callback, "actions", None)
+        # A viewset route maps methods to actions; a plain view has a method per verb.
+        methods = list(actions) if actions else [m for m in UNSAFE if hasattr(view, m)]
+        unsafe = [m for m in methods if m in UNSAFE]
+        if not unsafe:
+            continue
+        shape = GROUP.sub(
+            lambda m: f"<{'id' if (m[1] or m[2]) in ('pk', 'invitation') else (m[1] or m[2])}>",
+            raw.strip("^$"),
+        )
+        path = GROUP.sub(lambda m: samples.get(m[1] or m[2], str(uuid.uuid4())), raw.strip("^$"))
+        yield shape, "/api/v1/" + path, view, unsafe
+
+
+def test_a_read_only_key_changes_nothing_and_is_told_the_scope_it_needs(client_for, alice):
+    """Every route of the API that changes something, with every method that does: a
+    read-only key gets 403 naming the scope it lacks; in the account area, the account
+    scope. (The walk covers routes added later: a new write needs a scope from the start.)"""
+    reader = client_for(alice, scopes=["read"])
+    seen = set()
+    for shape, path, view, methods in _routes():
+        seen.add(shape)
+        for method in methods:
+            answer = reader.generic(method.upper(), path, "{}", content_type="application/json")
+            error = assert_error(answer, 403, "permission_denied")
+            assert "scope" in error["message"], (method, path, error)
+            if shape in ACCOUNT_WRITES:
+                assert "needs the account scope" in error["message"], (method, path, error)
+                assert getattr(view, "scope_area", None) == "account", shape
+    assert seen >= ACCOUNT_WRITES, sorted(ACCOUNT_WRITES - seen)
+
+
+def test_old_full_keys_keep_changing_the_account_and_narrow_ones_do_not(db, alice):
+    """The migration that brought the account scope gave it to the keys that held every
+    customer scope (the default), so that they go on as before, and to no narrower key."""
+    from importlib import import_module
+
+    from django.apps import apps as django_apps
+
+    from gpurental.accounts.services import api_key_create
+
+    migration = import_module(
+        "gpurental.accounts.migrations.0008_credentials_generation_and_account_scope"
+    )
+    full, _ = api_key_create(user=alice, name="full", scopes=migration.FULL_BEFORE)
+    narrow, _ = api_key_create(user=alice, name="narrow", scopes=["read", "instances"])
+    migration.full_keys_keep_changing_the_account(django_apps, None)
+    full.refresh_from_db()
+    narrow.refresh_from_db()
+    assert full.scopes == sorted([*migration.FULL_BEFORE, "account"])
+    assert narrow.scopes == ["instances", "read"]

@@ -102,3 +102,25 @@ class MeSerializer(serializers.Serializer):
     team_role = serializers.CharField(
         read_only=True, allow_null=True, help_text="Your role in that team; null: your own"
     )
+
+
+class LogoutEverywhereSerializer(serializers.Serializer):
+    keep_api_keys = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        default=list,
+        help_text="Ids of your active API keys that stay valid; every other key is revoked "
+        "(default: none kept, the key making this request included)",
+    )
+
+
+class LoggedOutEverywhereSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(read_only=True)
+    api_keys_revoked = ApiKeySerializer(many=True, read_only=True)
+    api_keys_kept = ApiKeySerializer(many=True, read_only=True)
+    also = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="What else was ended (e.g. webhook endpoints turned off until you turn "
+        "them on again)",
+    )

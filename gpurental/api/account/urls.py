@@ -13,4 +13,5 @@ router.register("api-keys", views.ApiKeyViewSet, basename="api-key")
 
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
+    path("me/log-out-everywhere/", views.LogoutEverywhereView.as_view(), name="log-out-everywhere"),
 ]

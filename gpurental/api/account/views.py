@@ -1,4 +1,5 @@
-"""Your account over the API: who you are (balance, quota, GPUs in use) and your API keys.
+"""Your account over the API: who you are (balance, quota, GPUs in use), your API keys,
+and "log out everywhere".
 
 API keys stay private to their owner, even for staff: they are credentials, and the
 back-office revokes them. Another's key is a 404, as if it did not exist."""
@@ -13,6 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
+from gpurental.accounts.credentials import Reason, account_credentials_revoke
 from gpurental.accounts.models import ApiKey
 from gpurental.accounts.services import ApiKeyRefused, api_key_create, api_key_revoke
 from gpurental.api.account import serializers as s
@@ -153,3 +155,40 @@ class MeView(GenericAPIView):
             "team_role": role_of(request) if account.pk != user.pk else None,
         }
         return Response(s.MeSerializer(data).data)
+
+
+@extend_schema(tags=["account"])
+class LogoutEverywhereView(GenericAPIView):
+    """End every session of yours: console logins, JupyterLab and SSH sessions, and every
+    API key but those you keep; your webhook endpoints are turned off until you turn them
+    on again. You get an e-mail saying what was ended."""
+
+    scope_area = "account"
+    team_area = None  # the person's own sessions: not through a key made for a team
+    serializer_class = s.LogoutEverywhereSerializer
+    pagination_class = None
+
+    @extend_schema(
+        summary="Log out everywhere (revoke every API key but those kept)",
+        request=s.LogoutEverywhereSerializer,
+        responses={200: s.LoggedOutEverywhereSerializer},
+    )
+    def post(self, request, *args, **kwargs):
+        form = s.LogoutEverywhereSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            done = account_credentials_revoke(
+                user=request.user,
+                reason=Reason.LOGOUT_EVERYWHERE,
+                keep_key_ids=form.validated_data["keep_api_keys"],
+                ip_address=request.META.get("REMOTE_ADDR"),
+            )
+        except ApiKeyRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        body = {
+            "at": done.at,
+            "api_keys_revoked": done.revoked_keys,
+            "api_keys_kept": done.kept_keys,
+            "also": done.also,
+        }
+        return Response(s.LoggedOutEverywhereSerializer(body).data)

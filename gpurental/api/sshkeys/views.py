@@ -27,9 +27,9 @@ class SSHKeyViewSet(
 ):
     """Your SSH public keys: `ssh <instance id>@<SSH gateway>` lets in any of them."""
 
-    # An SSH key is a way into every instance: adding one needs the instances scope (a
-    # read-only key may list them, as it may list instances).
-    scope_area = "instances"
+    # An SSH key is a credential of the account (a way into every instance): adding or
+    # deleting one needs the account scope; any key may list them.
+    scope_area = "account"
     model = SSHKey
     noun = gettext_lazy("SSH key")
     serializer_class = s.SSHKeySerializer

@@ -28,7 +28,7 @@ def test_create_shows_the_key_once_and_it_works(as_alice, alice):
         "key",
     }
     assert data["team"] is None  # a key of one's own account
-    assert data["scopes"] == ["billing", "instances", "read", "reservations"]
+    assert data["scopes"] == ["account", "billing", "instances", "read", "reservations"]
     assert data["name"] == "ci runner" and data["key"].startswith(f"gpr_{data['prefix']}_")
     assert data["revoked_at"] is None and data["last_used_at"] is None
 
