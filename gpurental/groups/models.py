@@ -46,6 +46,10 @@ class Group(models.Model):
     # The spec as last applied (normalised), so that applying again changes only what differs.
     spec = models.JSONField(default=dict)
     endpoint_key_hash = models.CharField(max_length=64, blank=True, editable=False)
+    # After a rotation the key it replaced keeps working until previous_key_until (the
+    # overlap in which callers switch over), then never again (services.group_endpoint_key_rotate).
+    previous_key_hash = models.CharField(max_length=64, blank=True, editable=False)
+    previous_key_until = models.DateTimeField(null=True, blank=True, editable=False)
     desired_replicas = models.PositiveSmallIntegerField(default=0)
     last_scale_up_at = models.DateTimeField(null=True, blank=True)
     last_scale_down_at = models.DateTimeField(null=True, blank=True)
@@ -119,6 +123,7 @@ class GroupEvent(models.Model):
         SCALED = "scaled", "Scaling decision"
         BLOCKED = "blocked", "Scale-out blocked"
         REPLICA = "replica", "Replica change"
+        KEY = "key", "Endpoint key rotated"
 
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=10, choices=Kind.choices)

@@ -16,9 +16,7 @@ they are free, skipping the image and creation steps.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +31,7 @@ from django.utils.translation import gettext as _
 from gpurental.catalog.models import GPUModel, ImageTemplate
 from gpurental.groups import autoscaler, specs
 from gpurental.groups.events import publish_group_changed, publish_group_frame
+from gpurental.groups.keys import endpoint_key_new
 from gpurental.groups.models import Group, GroupEvent, LoadSample, ScalingRule
 from gpurental.groups.selectors import group_frame
 from gpurental.rentals.events import state_redis
@@ -45,13 +44,8 @@ S = InstanceStatus
 LIVE = (S.PENDING, S.PROVISIONING, S.RUNNING, S.STOPPING, S.STOPPED, S.UNREACHABLE)
 STARTING = (S.PENDING, S.PROVISIONING)
 BROKEN = (S.FAILED, S.LOST)
-ENDPOINT_KEY_PREFIX = "gpg_"
 # Settings that replicas are made with: changing them replaces the replicas (a rollout).
 REPLACES = ("image", "instance_type", "gpu_count")
-
-
-def endpoint_key_hash(raw: str) -> str:
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 @dataclass
@@ -147,11 +141,11 @@ def group_apply(*, user, source, fmt: str | None = None, now: datetime | None = 
             .first()
         )
         if group is None:
-            raw_key = ENDPOINT_KEY_PREFIX + secrets.token_urlsafe(32)
+            raw_key, key_hash = endpoint_key_new()
             group = Group.objects.create(
                 user=user,
                 name=spec.name,
-                endpoint_key_hash=endpoint_key_hash(raw_key),
+                endpoint_key_hash=key_hash,
                 created_at=now,
                 **values,
             )

@@ -262,3 +262,26 @@ class GroupQuoteSerializer(serializers.Serializer):
     port = serializers.IntegerField(read_only=True)
     spec = serializers.JSONField(read_only=True, help_text="The spec, checked and normalised")
     price = GroupPriceSerializer(read_only=True)
+
+
+class EndpointKeyRotateSerializer(serializers.Serializer):
+    overlap_s = serializers.IntegerField(
+        required=False,
+        default=24 * 3600,
+        min_value=0,
+        help_text="How long the current key keeps working beside the new one, in seconds "
+        "(default 86400, one day; 0: it stops now; at most 30 days)",
+    )
+
+
+class EndpointKeyRotatedSerializer(serializers.Serializer):
+    endpoint_key = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The new endpoint key: shown this once (null in a replayed answer)",
+    )
+    previous_key_until = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="Until when the replaced key still opens the endpoint (null: no more)",
+    )

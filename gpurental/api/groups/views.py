@@ -7,6 +7,8 @@ the ``instances`` scope to change them (``read`` to look).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
@@ -19,6 +21,7 @@ from gpurental.api.groups import serializers as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import UUID_RE, LookupMixin
 from gpurental.groups import specs
+from gpurental.groups.keys import group_endpoint_key_rotate
 from gpurental.groups.models import Group
 from gpurental.groups.selectors import group_quote, groups_visible_to
 from gpurental.groups.services import group_apply, group_delete
@@ -179,6 +182,31 @@ class GroupViewSet(
         group = self.get_object()
         page = self.paginate_queryset(group.events.order_by("-created_at", "-id"))
         return self.get_paginated_response(s.GroupEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Rotate the group's endpoint key: a new key now, the old one for an overlap",
+        description="The answer holds the new key, shown this once. The key it replaces "
+        "keeps opening the endpoint until previous_key_until (overlap_s from now), then "
+        "stops; rotating again during an overlap stops the older key at once.",
+        request=s.EndpointKeyRotateSerializer,
+        responses={200: s.EndpointKeyRotatedSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"], url_path="rotate-endpoint-key")
+    @idempotent(redact=_forget_key)
+    def rotate_endpoint_key(self, request, pk=None):
+        form = s.EndpointKeyRotateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        rotated = group_endpoint_key_rotate(
+            group=self.get_object(),
+            actor=request.user,
+            overlap=timedelta(seconds=form.validated_data["overlap_s"]),
+        )
+        body = {
+            "endpoint_key": rotated.endpoint_key,
+            "previous_key_until": rotated.previous_key_until,
+        }
+        return Response(s.EndpointKeyRotatedSerializer(body).data)
 
     @extend_schema(
         summary="Delete the group: its replicas terminate, then it is gone",
