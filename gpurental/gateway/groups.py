@@ -2,7 +2,8 @@
 
 For every request:
 1. ``Authorization: Bearer <key>``: the owner's active API key or the group's endpoint
-   key; anything else is 401 (JSON: this is an API, not a page). An unknown or deleted
+   key (after a rotation, the replaced key too until its overlap ends: ``groups.keys``);
+   anything else is 401 (JSON: this is an API, not a page). An unknown or deleted
    group is 404. No cookies, no Origin rule; the key is not passed on to replicas.
 2. The request goes to the healthy ``serving`` replica with the fewest outstanding
    requests, among those below the group's ``max_concurrency``. ``draining`` replicas
@@ -146,47 +147,79 @@ class GroupRoute:
     max_concurrency: int
     queue_size: int
     replicas: tuple[ReplicaRoute, ...]
+    # The key a rotation replaced, and until when (epoch seconds) it still opens the group.
+    previous_key_hash: str = ""
+    previous_key_until: float = 0.0
+
+    def endpoint_key_opens(self, digest: str, now: float) -> bool:
+        """Whether a key of SHA-256 ``digest`` is the group's endpoint key: the current
+        one, or the one a rotation replaced while its overlap lasts (groups.keys)."""
+        if self.endpoint_key_hash and hmac.compare_digest(digest, self.endpoint_key_hash):
+            return True
+        return (
+            bool(self.previous_key_hash)
+            and now < self.previous_key_until
+            and hmac.compare_digest(digest, self.previous_key_hash)
+        )
 
 
 def group_route_for(group_id: str) -> GroupRoute | None:
-    """The active group and its running serving/draining replicas; None if there is no
-    such active group. Runs in a worker thread: the connection is closed after use."""
+    """``group_route_read`` in a worker thread: the connection is closed after use."""
     from django.db import close_old_connections, connection
-
-    from gpurental.groups.models import Group
-    from gpurental.rentals.models import Instance, InstanceStatus
 
     close_old_connections()
     try:
-        group = (
-            Group.objects.filter(pk=group_id, status=Group.Status.ACTIVE)
-            .only("id", "user_id", "endpoint_key_hash", "max_concurrency", "queue_size", "port")
-            .first()
-        )
-        if group is None:
-            return None
-        rows = Instance.objects.filter(
-            group_id=group.pk,
-            group_role__in=("serving", "draining"),
-            status=InstanceStatus.RUNNING,
-            host__isnull=False,
-        ).values_list("id", "group_role", "ports", "host__address")
-        replicas = []
-        for instance_id, role, ports, address in rows:
-            host_port = (ports or {}).get(str(group.port))
-            if host_port is None or not address:
-                continue  # not (yet) published: nothing to send to
-            replicas.append(ReplicaRoute(str(instance_id), address, int(host_port), role))
-        return GroupRoute(
-            group_id=str(group.pk),
-            owner_id=group.user_id,
-            endpoint_key_hash=group.endpoint_key_hash,
-            max_concurrency=group.max_concurrency,
-            queue_size=group.queue_size,
-            replicas=tuple(sorted(replicas, key=lambda r: r.instance_id)),
-        )
+        return group_route_read(group_id)
     finally:
         connection.close()
+
+
+def group_route_read(group_id: str) -> GroupRoute | None:
+    """The active group and its running serving/draining replicas; None if there is no
+    such active group."""
+    from gpurental.groups.models import Group
+    from gpurental.rentals.models import Instance, InstanceStatus
+
+    group = (
+        Group.objects.filter(pk=group_id, status=Group.Status.ACTIVE)
+        .only(
+            "id",
+            "user_id",
+            "endpoint_key_hash",
+            "previous_key_hash",
+            "previous_key_until",
+            "max_concurrency",
+            "queue_size",
+            "port",
+        )
+        .first()
+    )
+    if group is None:
+        return None
+    rows = Instance.objects.filter(
+        group_id=group.pk,
+        group_role__in=("serving", "draining"),
+        status=InstanceStatus.RUNNING,
+        host__isnull=False,
+    ).values_list("id", "group_role", "ports", "host__address")
+    replicas = []
+    for instance_id, role, ports, address in rows:
+        host_port = (ports or {}).get(str(group.port))
+        if host_port is None or not address:
+            continue  # not (yet) published: nothing to send to
+        replicas.append(ReplicaRoute(str(instance_id), address, int(host_port), role))
+    return GroupRoute(
+        group_id=str(group.pk),
+        owner_id=group.user_id,
+        endpoint_key_hash=group.endpoint_key_hash,
+        previous_key_hash=group.previous_key_hash if group.previous_key_until else "",
+        previous_key_until=(
+            group.previous_key_until.timestamp() if group.previous_key_until else 0.0
+        ),
+        max_concurrency=group.max_concurrency,
+        queue_size=group.queue_size,
+        replicas=tuple(sorted(replicas, key=lambda r: r.instance_id)),
+    )
 
 
 def api_key_owner(raw: str) -> int | None:
@@ -654,7 +687,7 @@ class GroupEndpoints:
         if scheme.lower() != "bearer" or not raw:
             return False
         digest = hashlib.sha256(raw.encode()).hexdigest()
-        if route.endpoint_key_hash and hmac.compare_digest(digest, route.endpoint_key_hash):
+        if route.endpoint_key_opens(digest, time.time()):
             return True
         cached = self._keys.get(digest)
         if cached is not None and cached[1] > time.monotonic():
