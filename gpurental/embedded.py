@@ -61,6 +61,9 @@ def _pg_server(var_dir: Path):
 
 def start_postgres(var_dir: Path) -> str:
     server = _pg_server(var_dir)
+    # A handle this process made earlier is cached by the wheel: start the cluster again if
+    # it was stopped since (a test's outage).
+    server.ensure_postgres_running()
     # The wheel's server starts with only the "postgres" database; ours is created once.
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")  # noqa: S608 - a constant
     if "1 row" not in exists:

@@ -186,6 +186,53 @@ def embedded_redis_restart() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def embedded_postgres_outage():
+    """Stop the embedded PostgreSQL this run started for the block, then start it again
+    (the test using it is marked ``exclusive``); skips with an external database. Every
+    connection open at the stop is dead afterwards: this thread's are closed here, and
+    each test process closes its own before its next test (``pytest_runtest_setup``)."""
+    var_dir = os.environ.get(VAR_DIR_ENV)
+    if not var_dir:
+        pytest.skip(
+            "stops only the embedded PostgreSQL this run started (DATABASE_URL is external)"
+        )
+    from django.db import connections
+
+    from gpurental import embedded
+
+    embedded.stop(Path(var_dir), keep=frozenset({"redis"}))
+    try:
+        yield
+    finally:
+        embedded.ensure(Path(var_dir))
+        _postgres_restarts().touch()
+        connections.close_all()
+
+
+def _postgres_restarts() -> Path:
+    return Path(os.environ[LOCK_DIR_ENV]) / "postgres-restarts"
+
+
+_postgres_restart_seen: int | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """After a PostgreSQL restart (in any test process), this process's connections to it
+    are dead: Django reconnects only once they are closed."""
+    global _postgres_restart_seen
+    try:
+        stamp = _postgres_restarts().stat().st_mtime_ns
+    except FileNotFoundError:
+        return
+    if stamp != _postgres_restart_seen:
+        from django.db import connections
+
+        connections.close_all()
+        _postgres_restart_seen = stamp
+
+
 def pytest_report_header(config):
     db = os.environ.get("DATABASE_URL", "")
     where = (
