@@ -68,12 +68,16 @@ def load(users: int, instances: int, hosts: int) -> dict:
     model, plans, image = h100_catalog()
     plan = plans[1]
     now = timezone.now()
+    from gpurental.fleet.hostlink import seal_root
+
+    sealed = seal_root(uuid.uuid4().hex)  # one root for all: nothing here checks a key
     fleet = Host.objects.bulk_create(
         Host(
             name=f"node{n:04d}",
             address=f"10.{n // 250}.{n % 250}.1",
             status=HostStatus.ACTIVE,
             token_hash=uuid.uuid4().hex,
+            keys_sealed=sealed,  # commands to it are signed (fleet.hostlink)
             last_heartbeat_at=now + timedelta(days=1),  # no agents beat here; launches need it
             runtime="docker",
         )

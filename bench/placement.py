@@ -71,6 +71,9 @@ def load(hosts: int, gpus_per_host: int, users: int) -> dict:
     # Heart-beating far ahead: the run must not outlive HOST_OFFLINE_AFTER (the fleet's
     # agents would keep beating; there are none here).
     beat = now + timedelta(days=1)
+    from gpurental.fleet.hostlink import seal_root
+
+    sealed = seal_root(uuid.uuid4().hex)  # one root for all: nothing here checks a key
     fleet = Host.objects.bulk_create(
         (
             Host(
@@ -78,6 +81,7 @@ def load(hosts: int, gpus_per_host: int, users: int) -> dict:
                 address=f"10.{n // 250}.{n % 250}.1",
                 status=HostStatus.ACTIVE,
                 token_hash=uuid.uuid4().hex,
+                keys_sealed=sealed,  # commands to it are signed (fleet.hostlink)
                 last_heartbeat_at=beat,
                 runtime="docker",
             )

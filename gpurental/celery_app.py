@@ -7,12 +7,33 @@ import os
 
 from billiard.process import current_process
 from celery import Celery, signals
+from kombu import Exchange, Queue
+
+from gpurental import protocol
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpurental.settings")
 
-app = Celery("gpurental")
+# Every task's class checks where its message came from: from a host's route, only the
+# report tasks run (gpurental/fleet/hostlink.py).
+app = Celery("gpurental", task_cls="gpurental.fleet.hostlink:ControlTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# The hosts' reports: a topic exchange (routing key report.<host>) into one queue.
+REPORTS = Queue(
+    protocol.REPORTS_QUEUE,
+    Exchange(protocol.REPORTS_EXCHANGE, type="topic", durable=True),
+    routing_key="report.#",
+)
+
+
+@signals.worker_init.connect
+def _control_workers_consume_reports(sender, **_kwargs) -> None:
+    """A worker of the control queue also consumes the reports queue (``-Q control`` is
+    enough: the Procfile, the benches and the tests' worker all say so)."""
+    if sender.app is app and "control" in app.amqp.queues.consume_from:
+        app.amqp.queues.select_add(REPORTS)
+
 
 WORKER_CONN_MAX_AGE = 300  # seconds a control worker's process keeps its connection
 

@@ -3,25 +3,37 @@ import it, and ``tests/test_protocol.py`` holds both sides to it.
 
 - Commands go to the host's queue ``host.<name>``: start and restart carry a versioned
   start spec, stop and remove carry an instance id.
-- Reports go to the ``control`` queue, each with the host's name and token: the
-  heartbeat (liveness, with the latest inventory and container list when the agent has
-  them), an instance report of one of ``REPORT_KINDS``, and telemetry rollups.
+- Reports go to the ``reports`` queue (on RabbitMQ through the ``reports`` topic
+  exchange, routing key ``report.<host>``, the only one a host's account may write), each
+  with the host's name, the time it was sent and a nonce: the heartbeat (liveness, with
+  the latest inventory and container list when the agent has them), an instance report
+  of one of ``REPORT_KINDS``, and telemetry rollups. The control worker runs only the
+  tasks of ``CONTROL_TASKS`` from there, each once (``gpurental/fleet/hostlink.py``).
 - Redis keys the agent's sampler writes and the web tier reads.
 
 A spec of a version the agent does not know is refused with a reason the customer sees,
 never half-understood.
 
-Every message is signed: an HMAC-SHA256 over its canonical JSON, keyed with the
-SHA-256 of the host's join token. The agent derives the key from its token; the control
-plane keeps only that hash (``Host.token_hash``), and the token itself never travels.
-A message with a wrong signature, or naming another host, is refused on either side.
+Keys. Both sides start from the host's root, the SHA-256 of its join token: the agent
+computes it from its token, the control plane keeps it encrypted (never the token). From
+the root, HKDF derives two keys with distinct labels (``host_keys``): the signing key,
+an HMAC-SHA256 over each message's canonical JSON, both ways; and the spec key, a
+Fernet key that seals a start spec's secrets (the JupyterLab token, the sshd host key)
+for that host alone. A message with a wrong signature, or naming another host, is
+refused on either side.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
+from dataclasses import dataclass
+
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 # --- signing ------------------------------------------------------------------
 
@@ -30,9 +42,32 @@ class Forged(ValueError):
     """A message whose signature does not match, or that names another host."""
 
 
-def host_key(token: str) -> str:
-    """The signing key of a host: what the control plane stores of its token."""
+def host_root(token: str) -> str:
+    """The secret both sides derive a host's keys from: the SHA-256 of its join token."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _derive(root: str, label: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(root.encode())
+
+
+@dataclass(frozen=True)
+class HostKeys:
+    sign: str  # HMAC key of every message between the control plane and the host
+    spec: bytes  # Fernet key of the secrets in the host's start specs
+
+
+def host_keys(root: str) -> HostKeys:
+    """A host's keys from its root (``host_root``); each label gives an unrelated key."""
+    return HostKeys(
+        sign=_derive(root, b"gpurental host signing key v1").hex(),
+        spec=base64.urlsafe_b64encode(_derive(root, b"gpurental host spec key v1")),
+    )
+
+
+def host_key(token: str) -> str:
+    """The signing key of the host whose join token this is (what its agent signs with)."""
+    return host_keys(host_root(token)).sign
 
 
 def _mac(key: str, payload: dict) -> str:
@@ -59,19 +94,31 @@ def verify(key: str, message: dict, *, host: str) -> dict:
 # --- queues -----------------------------------------------------------------
 
 CONTROL_QUEUE = "control"
+# Where every host's reports go. On RabbitMQ a topic exchange: a host's account may write
+# only there, and a topic permission limits it to its own routing key ``report.<name>``.
+REPORTS_QUEUE = "reports"
+REPORTS_EXCHANGE = "reports"
 
 
 def host_queue(host_name: str) -> str:
     return f"host.{host_name}"
 
 
-def report_route(broker_url: str) -> dict:
-    """How an agent addresses the control queue. On RabbitMQ through the ``control``
-    exchange, which a host's account may write to (the default exchange, which would
-    reach every queue by name, it may not); elsewhere (the single-box Redis) by name."""
-    if broker_url.startswith(("amqp://", "amqps://", "pyamqp://")):
-        return {"exchange": CONTROL_QUEUE, "routing_key": CONTROL_QUEUE}
-    return {"queue": CONTROL_QUEUE}
+def report_routing_key(host_name: str) -> str:
+    return f"report.{host_name}"
+
+
+def is_amqp(broker_url: str) -> bool:
+    return broker_url.startswith(("amqp://", "amqps://", "pyamqp://"))
+
+
+def report_route(broker_url: str, host_name: str) -> dict:
+    """How an agent addresses the reports queue. On RabbitMQ through the ``reports``
+    exchange with its own routing key (the only publishing its account may do); elsewhere
+    (the single-box Redis, where there are no accounts) by the queue's name."""
+    if is_amqp(broker_url):
+        return {"exchange": REPORTS_EXCHANGE, "routing_key": report_routing_key(host_name)}
+    return {"queue": REPORTS_QUEUE}
 
 
 # --- commands: control plane → agent ------------------------------------------
@@ -89,15 +136,16 @@ ACCEPTANCE_RUN = "gpurental.agent.acceptance_run"
 MODELCACHE = "gpurental.agent.modelcache"
 AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE)
 
-SPEC_VERSION = 3
-# Every field of a version-3 start spec (version 1 carried a host path to mount; version 2
-# had no extra ports and no SSH); ``spec_version`` says which set it is.
+SPEC_VERSION = 4
+# Every field of a version-4 start spec (version 1 carried a host path to mount; version 2
+# had no extra ports and no SSH; version 3 carried its secrets in clear); ``spec_version``
+# says which set it is.
 SPEC_FIELDS = frozenset(
     {
         "spec_version",
         "instance_id",
         "image",
-        "token",
+        "sealed",  # the secrets (SPEC_SECRETS), sealed with the host's spec key (spec_seal)
         "gpu_indices",
         "gpu_uuids",
         "gpu_source",
@@ -106,7 +154,7 @@ SPEC_FIELDS = frozenset(
         "pids_limit",
         "container_port",
         "http_ports",  # other HTTP ports the image declares, reached through the gateway
-        "ssh",  # None, or {"port", "host_key", "authorized_keys"}: sshd inside, for the SSH gateway
+        "ssh",  # None, or {"port", "authorized_keys"}: sshd inside, for the SSH gateway
         "env",
         "mount_model_cache",
         "command",
@@ -124,6 +172,36 @@ OPTIONAL_SPEC_FIELDS = frozenset({"dedicated"})
 
 class SpecRefused(ValueError):
     """A start spec the agent cannot act on; the message is for the customer."""
+
+
+# A spec's secrets travel only inside its "sealed" field: "token" (JupyterLab's) always,
+# "ssh_host_key" (the private key of the container's sshd) when it has SSH.
+SPEC_SECRETS = ("token", "ssh_host_key")
+
+
+def spec_seal(key: bytes, secrets: dict) -> str:
+    """The secrets of a start spec, readable only with the host's spec key."""
+    unknown = set(secrets) - set(SPEC_SECRETS)
+    if unknown:
+        raise ValueError(f"not a spec secret: {sorted(unknown)}")
+    return Fernet(key).encrypt(json.dumps(secrets).encode()).decode()
+
+
+def spec_open(key: bytes, spec: dict) -> dict:
+    """The spec with its secrets unsealed in place: ``token``, and ``ssh["host_key"]``
+    when it has SSH; SpecRefused when this host's key cannot open them."""
+    try:
+        secrets = json.loads(Fernet(key).decrypt(str(spec.get("sealed", "")).encode()))
+    except (InvalidToken, ValueError) as exc:
+        raise SpecRefused(
+            "the start spec's secrets are not sealed for this host (its join token changed?): "
+            "nothing was started"
+        ) from exc
+    opened = {k: v for k, v in spec.items() if k != "sealed"}
+    opened["token"] = str(secrets.get("token", ""))
+    if opened.get("ssh"):
+        opened["ssh"] = {**opened["ssh"], "host_key": str(secrets.get("ssh_host_key", ""))}
+    return opened
 
 
 def spec_check(spec: dict) -> dict:
@@ -146,12 +224,18 @@ def spec_check(spec: dict) -> dict:
 
 
 # --- reports: agent → control plane -------------------------------------------
+# Every report carries "sent_at" (the agent's clock) and a "nonce": the control plane
+# refuses one sent more than REPORT_MAX_AGE_S ago or REPORT_MAX_AHEAD_S ahead of its
+# clock, and one it has seen before (a replay).
+REPORT_MAX_AGE_S = 3600
+REPORT_MAX_AHEAD_S = 300
 
 HEARTBEAT = "gpurental.fleet.tasks.host_heartbeat"
 INSTANCE_REPORT = "gpurental.rentals.tasks.instance_report"
 TELEMETRY = "gpurental.telemetry.tasks.telemetry_record"
 ACCEPTANCE_REPORT = "gpurental.acceptance.tasks.acceptance_report"
 MODELCACHE_REPORT = "gpurental.modelcache.tasks.modelcache_report"
+# The only tasks the control plane runs from a host: the allow-list of the reports queue.
 CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY, ACCEPTANCE_REPORT, MODELCACHE_REPORT)
 # What a model cache report may say, and the data each kind carries. Every request ends
 # with a "listing": what the cache holds now, which the control plane's catalog follows.

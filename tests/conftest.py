@@ -65,6 +65,7 @@ def sent(monkeypatch):
 
     def record(name, args=None, kwargs=None, queue=None, **options):
         from gpurental import protocol
+        from gpurental.fleet import hostlink
         from gpurental.fleet.models import Host
 
         if name not in protocol.AGENT_TASKS:
@@ -72,7 +73,10 @@ def sent(monkeypatch):
         # Every command is signed for its host: check it, then keep the payload.
 
         host = Host.objects.get(name=kwargs["host"])
-        payload = protocol.verify(host.token_hash, kwargs, host=host.name)
+        key = hostlink.keys_of(host.keys_sealed)
+        payload = protocol.verify(key.sign, kwargs, host=host.name)
+        if "spec" in payload:  # the spec as the agent reads it, its secrets unsealed
+            payload["spec"] = protocol.spec_open(key.spec, payload["spec"])
         payload.pop("host")
         messages.append({"task": name.rsplit(".", 1)[-1], "queue": queue, **payload})
 

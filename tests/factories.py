@@ -1,5 +1,6 @@
 """factory_boy factories for the domain."""
 
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -9,6 +10,7 @@ from psycopg.types.range import Range
 
 from gpurental.accounts.models import User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Interconnect, Plan
+from gpurental.fleet.hostlink import seal_root
 from gpurental.fleet.models import GPU, GPUSource, Host
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 
@@ -77,6 +79,8 @@ class HostFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"host{n}")
     gpu_source = GPUSource.SIMULATED
     token_hash = "0" * 64
+    # Keys from a token nobody has: commands to it are signed, its messages never verify.
+    keys_sealed = factory.LazyFunction(lambda: seal_root(uuid.uuid4().hex))
     last_heartbeat_at = factory.LazyFunction(timezone.now)
 
 

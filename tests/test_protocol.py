@@ -91,7 +91,9 @@ def test_the_start_spec_is_versioned_and_carries_exactly_the_protocols_fields(la
 
 def test_the_agent_understands_every_field_the_control_plane_sends(launched, host_agent):
     _, instance = launched
-    spec = host_agent._spec(protocol.spec_check(hostcalls.container_spec(instance)))
+    keys = protocol.host_keys(protocol.host_root(launched[0].token))
+    opened = protocol.spec_open(keys.spec, protocol.spec_check(hostcalls.container_spec(instance)))
+    spec = host_agent._spec(opened)
     assert spec.instance_id == str(instance.pk)
     assert spec.gpu_indices == tuple(
         sorted(a.gpu.index for a in instance.allocations.select_related("gpu"))
@@ -106,12 +108,12 @@ def test_what_the_agent_reports_the_control_plane_accepts_and_acts_on(
     from gpurental.rentals.tasks import instance_report
 
     host, instance = launched
-    host_agent.reporter.key = protocol.host_key(host.token)
+    host_agent.reporter.keys = protocol.host_keys(protocol.host_root(host.token))
     host_agent.start(hostcalls.container_spec(instance))
     host_agent.refresh_state()
     host_agent.heartbeat()
     sent = host_agent.app.sent
-    assert {m["queue"] for m in sent} == {protocol.CONTROL_QUEUE}
+    assert {m["queue"] for m in sent} == {protocol.REPORTS_QUEUE}
     assert {m["name"] for m in sent} <= set(protocol.CONTROL_TASKS)
     tasks = {protocol.HEARTBEAT: host_heartbeat, protocol.INSTANCE_REPORT: instance_report}
     with django_capture_on_commit_callbacks(execute=True):
@@ -132,7 +134,7 @@ def test_an_agent_given_a_spec_version_it_does_not_know_refuses_it_clearly(
     from gpurental.rentals.tasks import instance_report
 
     host, instance = launched
-    host_agent.reporter.key = protocol.host_key(host.token)
+    host_agent.reporter.keys = protocol.host_keys(protocol.host_root(host.token))
     spec = {**hostcalls.container_spec(instance), "spec_version": protocol.SPEC_VERSION + 1}
     host_agent.start(spec)
     assert host_agent.memory.running == {}  # nothing started
@@ -213,25 +215,29 @@ def test_a_forged_command_to_another_host_does_nothing(launched, host_agent, mak
 
     host, instance = launched
     other = make_host("node2", a100)
-    host_agent.reporter.key = protocol.host_key(host.token)
+    host_agent.reporter.keys = protocol.host_keys(protocol.host_root(host.token))
     host_agent.memory.running[str(instance.pk)] = "kept"
     worker.set_agent(host_agent)
     app = Celery("forgery-test", broker="memory://")
     worker._register(app)
     remove = app.tasks[protocol.REMOVE]
+    own_key = protocol.host_key(host.token)
     forged = [
         protocol.sign(
             protocol.host_key(other.token), {"host": "node1", "instance_id": str(instance.pk)}
         ),
         {"host": "node1", "instance_id": str(instance.pk)},  # unsigned
-        protocol.sign(host.token_hash, {"host": "node2", "instance_id": str(instance.pk)}),
+        protocol.sign(own_key, {"host": "node2", "instance_id": str(instance.pk)}),
+        # The stored hash of the token is no key (the key before issue 29).
+        protocol.sign(host.token_hash, {"host": "node1", "instance_id": str(instance.pk)}),
+        protocol.sign(protocol.host_root(host.token), {"host": "node1", "instance_id": "x"}),
     ]
     try:
         for message in forged:
             remove.run(**message)
         assert host_agent.memory.running == {str(instance.pk): "kept"}
         genuine = {"host": "node1", "instance_id": str(instance.pk)}
-        remove.run(**protocol.sign(host.token_hash, genuine))
+        remove.run(**protocol.sign(own_key, genuine))
         assert host_agent.memory.running == {}
     finally:
         worker.set_agent(None)

@@ -30,13 +30,14 @@ from gpurental.acceptance.specsheets import CPU_SPEC, GPU_SPECS
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.catalog.models import GPUModel
+from gpurental.fleet import hostlink
+from gpurental.fleet.hostlink import MessageRefused, refuse_message
 from gpurental.fleet.lifecycle import (
     host_acceptance_hold,
     host_acceptance_pass,
     host_acceptance_start,
 )
 from gpurental.fleet.models import GPUSource, Host, HostStatus
-from gpurental.fleet.services import MessageRefused, host_message_verify, refuse_message
 
 log = logging.getLogger(__name__)
 
@@ -173,20 +174,10 @@ def acceptance_run_request(
             "peers": _peers(host, now),
             "iperf3_seconds": settings.ACCEPTANCE_IPERF3_SECONDS,
         }
-        message = protocol.sign(host.token_hash, {"host": host.name, **payload})
-        transaction.on_commit(lambda: _send(host.queue, message))
+        hostlink.send(
+            host, protocol.ACCEPTANCE_RUN, expires=settings.ACCEPTANCE_RUN_TIMEOUT, **payload
+        )
     return run
-
-
-def _send(queue: str, message: dict) -> None:
-    from gpurental.celery_app import app
-
-    app.send_task(
-        protocol.ACCEPTANCE_RUN,
-        kwargs=message,
-        queue=queue,
-        expires=settings.ACCEPTANCE_RUN_TIMEOUT,
-    )
 
 
 def acceptance_on_join(*, host: Host, now: datetime) -> AcceptanceRun | None:
@@ -201,7 +192,7 @@ def acceptance_on_join(*, host: Host, now: datetime) -> AcceptanceRun | None:
 
 def acceptance_report_receive(*, message: dict, now: datetime) -> AcceptanceRun:
     """A report as it comes off the control queue: verified, then recorded."""
-    host, payload = host_message_verify(message=message, what="acceptance report", now=now)
+    host, payload = hostlink.receive(message=message, what="acceptance report", now=now)
     run = AcceptanceRun.objects.filter(pk=str(payload.get("run_id", "")), host=host).first()
     if run is None:
         # A host reports only on its own runs.

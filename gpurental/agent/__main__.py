@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from gpurental import logs, protocol
+from gpurental import logs
 from gpurental.agent.activity import Holdings, KernelProbe
 from gpurental.agent.config import AgentConfig, ConfigError, read_env_file
 from gpurental.agent.gpus import NvmlUnavailable, make_source
@@ -96,8 +96,7 @@ def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: Cont
     url = config.live_telemetry_url
     publisher = None
     if url is not None and url.startswith(("http://", "https://")):
-        key = protocol.host_key(config.token)
-        publisher = HttpPublisher(url, config.host_name, key)
+        publisher = HttpPublisher(url, config.host_name, reporter.keys.sign)
     elif url is not None:
         publisher = ChannelPublisher(url, config.host_name, layer=config.telemetry_layer)
     probe = KernelProbe(holdings)

@@ -121,7 +121,8 @@ class HostAgent:
         instance_id = spec["instance_id"]
         progress = self._progress(instance_id)
         try:
-            container_spec = self._fit_cpus(self._spec(protocol.spec_check(spec)), progress)
+            opened = protocol.spec_open(self.reporter.keys.spec, protocol.spec_check(spec))
+            container_spec = self._fit_cpus(self._spec(opened), progress)
             self._free_gpus_for(container_spec, progress)
             started = self.runtime.start(container_spec, progress)
         except (ContainerRuntimeError, ValueError) as exc:  # SpecRefused is a ValueError

@@ -53,7 +53,7 @@ def _accepted(message: dict) -> dict | None:
     for anything else: a forged or misdirected command does nothing here."""
     agent = _current()
     try:
-        return protocol.verify(agent.reporter.key, message, host=agent.reporter.host_name)
+        return protocol.verify(agent.reporter.keys.sign, message, host=agent.reporter.host_name)
     except protocol.Forged as exc:
         log.warning(
             "command refused (%s): %s", exc, {k: message.get(k) for k in ("host", "instance_id")}

@@ -2,8 +2,10 @@
 
 Each host's agent logs in as ``gpurental-host-<name>`` with its join token as the
 password. That account may consume only its own queue ``host.<name>`` and publish only
-to the control plane's ``control`` exchange: it can neither read another host's
-commands nor send them, nor declare, purge or delete the control queue.
+to the ``reports`` topic exchange, with its own routing key ``report.<name>`` (a topic
+permission): it can neither read another host's commands nor send them, nor publish to
+the ``control`` exchange or queue (where a forged ``reconcile`` would run), nor speak
+for another host, nor declare, purge or delete any queue of the control plane.
 
 On by ``RABBITMQ_MANAGEMENT_URL`` (e.g. ``http://admin:…@broker:15672``) with an
 ``amqp://`` broker. The single-box demo on Redis has no accounts: its one local agent
@@ -26,9 +28,7 @@ class BrokerAccountError(Exception):
 
 
 def accounts_enabled() -> bool:
-    return bool(settings.RABBITMQ_MANAGEMENT_URL) and settings.CELERY_BROKER_URL.startswith(
-        ("amqp://", "amqps://", "pyamqp://")
-    )
+    return bool(settings.RABBITMQ_MANAGEMENT_URL) and protocol.is_amqp(settings.CELERY_BROKER_URL)
 
 
 def account_name(host_name: str) -> str:
@@ -39,12 +39,22 @@ def permissions_for(host_name: str) -> dict[str, str]:
     """RabbitMQ regexes (configure, write, read) for one host's agent.
 
     - configure: declare its own queue and its exchange (both named ``host.<name>``);
-    - write: bind its queue, and publish reports to the ``control`` exchange;
+    - write: bind its queue, and publish reports to the ``reports`` exchange (with its own
+      routing key only: ``topic_permissions_for``);
     - read: consume its own queue (and bind it to its exchange).
     """
     own = re.escape(protocol.host_queue(host_name))
-    control = re.escape(protocol.CONTROL_QUEUE)
-    return {"configure": f"^{own}$", "write": f"^({own}|{control})$", "read": f"^{own}$"}
+    reports = re.escape(protocol.REPORTS_EXCHANGE)
+    return {"configure": f"^{own}$", "write": f"^({own}|{reports})$", "read": f"^{own}$"}
+
+
+def topic_permissions_for(host_name: str) -> dict[str, str]:
+    """On the ``reports`` topic exchange: publish with its own routing key, read none."""
+    return {
+        "exchange": protocol.REPORTS_EXCHANGE,
+        "write": f"^{re.escape(protocol.report_routing_key(host_name))}$",
+        "read": "^$",
+    }
 
 
 def _vhost() -> str:
@@ -74,7 +84,9 @@ def broker_account_ensure(*, host_name: str, password: str) -> None:
     """Create or update the host's account with its password and permissions."""
     user = quote(account_name(host_name), safe="")
     _api("PUT", f"users/{user}", json={"password": password, "tags": ""})
-    _api("PUT", f"permissions/{quote(_vhost(), safe='')}/{user}", json=permissions_for(host_name))
+    vhost = quote(_vhost(), safe="")
+    _api("PUT", f"permissions/{vhost}/{user}", json=permissions_for(host_name))
+    _api("PUT", f"topic-permissions/{vhost}/{user}", json=topic_permissions_for(host_name))
 
 
 def broker_account_delete(*, host_name: str) -> None:

@@ -40,7 +40,11 @@ class Host(models.Model):
     runtime = models.CharField(
         max_length=16, blank=True, help_text="docker or process, as the agent reports"
     )
+    # Checks a join token (fleet.hostlink.token_check_hash); no key can be made from it.
     token_hash = models.CharField(max_length=64, editable=False)
+    # The root of the host's signing and spec keys, sealed with a key derived from
+    # SECRET_KEY (fleet.hostlink): a database read alone signs nothing.
+    keys_sealed = models.TextField(editable=False, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=32, blank=True)
     hf_cache_dir = models.CharField(

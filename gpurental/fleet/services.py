@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import transaction
 
 from gpurental import protocol
-from gpurental.accounts.models import AuditEvent, User
+from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.agent.sampler import telemetry_url_from_broker
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet import broker, signals
+from gpurental.fleet import broker, hostlink, signals
 from gpurental.fleet.lifecycle import host_mark_online
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
 
@@ -26,13 +25,8 @@ log = logging.getLogger(__name__)
 TOPOLOGY_MAX_BYTES = 64 * 1024
 
 
-def _hash_token(token: str) -> str:
-    # Also the host's signing key (protocol.host_key): the token itself is never stored.
-    return protocol.host_key(token)
-
-
 def host_token_matches(*, host: Host, token: str) -> bool:
-    return bool(host.token_hash) and hmac.compare_digest(host.token_hash, _hash_token(token or ""))
+    return hostlink.token_matches(host=host, token=token)
 
 
 def host_join_command(*, host: Host, token: str) -> str:
@@ -70,7 +64,7 @@ def host_create(
     """Create a host; returns it and its join token (shown once, stored hashed)."""
     token = secrets.token_urlsafe(32)
     host = Host.objects.create(
-        name=name, address=address, gpu_source=gpu_source, token_hash=_hash_token(token)
+        name=name, address=address, gpu_source=gpu_source, **hostlink.host_credentials(token)
     )
     audit_record(action="host.create", actor=actor, obj=host)
     if broker.accounts_enabled():  # refused by the broker: no host either (rolled back)
@@ -81,8 +75,10 @@ def host_create(
 @transaction.atomic
 def host_rotate_token(*, host: Host, actor: User | None = None) -> str:
     token = secrets.token_urlsafe(32)
-    Host.objects.filter(pk=host.pk).update(token_hash=_hash_token(token))
-    host.token_hash = _hash_token(token)
+    credentials = hostlink.host_credentials(token)
+    Host.objects.filter(pk=host.pk).update(**credentials)
+    for key, value in credentials.items():
+        setattr(host, key, value)
     audit_record(action="host.rotate_token", actor=actor, obj=host)
     if broker.accounts_enabled():
         broker.broker_account_ensure(host_name=host.name, password=token)
@@ -109,41 +105,9 @@ def host_simulated_gpus_ensure(*, host: Host, model: GPUModel, count: int) -> li
     return gpus
 
 
-class MessageRefused(Exception):
-    pass
-
-
-def refuse_message(*, name: str, what: str, why: str, now: datetime) -> None:
-    """Record a refused message from a host (in the audit log) and raise MessageRefused."""
-    # A misconfigured agent beats every few seconds: record it once a minute, not 720 times an hour.
-    action = f"host.{what}_refused"
-    recent = AuditEvent.objects.filter(
-        action=action, object_repr=name[:200], created_at__gte=now - timedelta(minutes=1)
-    )
-    if not recent.exists():
-        AuditEvent.objects.create(
-            action=action, object_type="fleet.host", object_repr=name[:200], changes={"why": why}
-        )
-    raise MessageRefused(f"{what} from {name!r} refused: {why}")
-
-
-def host_message_verify(*, message: dict, what: str, now: datetime) -> tuple[Host, dict]:
-    """The host that signed ``message`` and its payload; refused (and audited) when no such
-    host exists or the signature is not that host's."""
-    name = str(message.get("host", ""))[:63]
-    host = Host.objects.filter(name=name).first()
-    if host is None:
-        refuse_message(name=name, what=what, why="no host of that name", now=now)
-    try:
-        return host, protocol.verify(host.token_hash, message, host=host.name)
-    except protocol.Forged as exc:
-        refuse_message(name=name, what=what, why=str(exc), now=now)
-        raise  # unreachable: refuse_message raises
-
-
 def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
     """A heartbeat as it comes off the control queue: verified, then recorded."""
-    host, beat = host_message_verify(message=message, what="heartbeat", now=now)
+    host, beat = hostlink.receive(message=message, what="heartbeat", now=now)
     inventory, containers = beat.get("inventory"), beat.get("containers")
     topology = beat.get("topology")
     if not isinstance(topology, dict) or len(json.dumps(topology)) > TOPOLOGY_MAX_BYTES:

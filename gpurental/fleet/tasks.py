@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.celery_app import app
-from gpurental.fleet.services import MessageRefused, host_heartbeat_receive
+from gpurental.fleet.hostlink import MessageRefused
+from gpurental.fleet.services import host_heartbeat_receive
 
 log = logging.getLogger(__name__)
 

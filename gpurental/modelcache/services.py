@@ -18,9 +18,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from gpurental import protocol
-from gpurental.celery_app import app
+from gpurental.fleet import hostlink
+from gpurental.fleet.hostlink import refuse_message
 from gpurental.fleet.models import Host
-from gpurental.fleet.services import host_message_verify, refuse_message
 from gpurental.modelcache.models import CachedModel, CacheEvent, CacheStatus
 
 log = logging.getLogger(__name__)
@@ -63,10 +63,7 @@ def _event(host: Host, repo_id: str, kind: str, *, actor=None, reason: str = "",
 
 
 def _send(host: Host, **payload) -> None:
-    message = protocol.sign(host.token_hash, {"host": host.name, **payload})
-    transaction.on_commit(
-        lambda: app.send_task(protocol.MODELCACHE, kwargs=message, queue=host.queue)
-    )
+    hostlink.send(host, protocol.MODELCACHE, **payload)
 
 
 # The agent's time limit on a model cache task (agent/worker.py): a request older than
@@ -258,7 +255,7 @@ def cache_listing_record(*, host: Host, repos: list[dict], now: datetime) -> Non
 
 def modelcache_report_receive(*, message: dict, now: datetime) -> None:
     """A report as it comes off the control queue: verified, then recorded."""
-    host, payload = host_message_verify(message=message, what="model cache report", now=now)
+    host, payload = hostlink.receive(message=message, what="model cache report", now=now)
     kind, data = payload.get("kind"), payload.get("data") or {}
     if kind not in protocol.MODELCACHE_KINDS or not isinstance(data, dict):
         refuse_message(name=host.name, what="model cache report", why=f"kind {kind!r}", now=now)

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.celery_app import app
-from gpurental.fleet.services import MessageRefused
+from gpurental.fleet.hostlink import MessageRefused
 from gpurental.modelcache.services import CacheRefused, modelcache_report_receive
 
 log = logging.getLogger(__name__)

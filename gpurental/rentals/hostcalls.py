@@ -1,15 +1,13 @@
-"""Commands from the control plane to host agents (Celery queue ``host.<name>``).
-
-Always sent on commit: an agent must never act on a row that may yet roll back.
-"""
+"""Commands from the control plane to host agents (Celery queue ``host.<name>``), sent
+through the host link (``fleet.hostlink.send``: signed, on commit)."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import transaction
 
 from gpurental import protocol
-from gpurental.celery_app import app
+from gpurental.celery_app import app  # noqa: F401 - the app hostlink sends with (tests patch it)
+from gpurental.fleet import hostlink
 from gpurental.gateway import sshkeys
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
@@ -18,18 +16,9 @@ from gpurental.rentals.selectors import instance_gpus
 def _send_spec(instance: Instance, task: str) -> None:
     # A start that waited longer than the launch timeout is stale: reconciliation has
     # failed that launch by then, so the agent must not act on it.
-    host = instance.host
-    message = _signed(host, spec=container_spec(instance))
-    transaction.on_commit(
-        lambda: app.send_task(
-            task, kwargs=message, queue=host.queue, expires=settings.LAUNCH_TIMEOUT
-        )
+    hostlink.send(
+        instance.host, task, expires=settings.LAUNCH_TIMEOUT, spec=container_spec(instance)
     )
-
-
-def _signed(host, **payload) -> dict:
-    """Signed with the host's key: its agent acts only on messages from the control plane."""
-    return protocol.sign(host.token_hash, {"host": host.name, **payload})
 
 
 def container_spec(instance: Instance) -> dict:
@@ -40,7 +29,8 @@ def container_spec(instance: Instance) -> dict:
         "spec_version": protocol.SPEC_VERSION,
         "instance_id": str(instance.id),
         "image": image.image_for(host.gpu_source),
-        "token": instance.jupyter_token,
+        # The secrets, for this host's agent only (protocol.spec_open).
+        "sealed": hostlink.seal_secrets(host, _secrets(instance)),
         "gpu_indices": [g.index for g in gpus],
         "gpu_uuids": [g.uuid for g in gpus],
         "gpu_source": host.gpu_source,
@@ -73,14 +63,18 @@ def _dedicated(instance: Instance) -> dict:
 
 
 def _ssh(instance: Instance) -> dict | None:
-    """sshd inside, for the SSH gateway only: this run's host key and the gateway's key."""
+    """sshd inside, for the SSH gateway only: the gateway's key (this run's host key is
+    one of the sealed secrets)."""
     if not instance.image.ssh_port or not instance.ssh_host_key:
         return None
-    return {
-        "port": instance.image.ssh_port,
-        "host_key": instance.ssh_host_key,
-        "authorized_keys": sshkeys.client_public_key(),
-    }
+    return {"port": instance.image.ssh_port, "authorized_keys": sshkeys.client_public_key()}
+
+
+def _secrets(instance: Instance) -> dict:
+    secrets = {"token": instance.jupyter_token}
+    if _ssh(instance) is not None:
+        secrets["ssh_host_key"] = instance.ssh_host_key
+    return secrets
 
 
 def start(instance: Instance) -> None:
@@ -100,8 +94,7 @@ def remove(instance: Instance) -> None:
 
 
 def _send_id(host, task: str, instance_id: str, **extra) -> None:
-    message = _signed(host, instance_id=instance_id, **extra)
-    transaction.on_commit(lambda: app.send_task(task, kwargs=message, queue=host.queue))
+    hostlink.send(host, task, instance_id=instance_id, **extra)
 
 
 def stop_id(host, instance_id: str, *, keep_container: bool = False) -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import uuid
 
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.celery_app import app
-from gpurental.fleet.services import MessageRefused, host_message_verify, refuse_message
+from gpurental.fleet.hostlink import MessageRefused, receive, refuse_message
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services import lifecycle, reservations
 from gpurental.rentals.services.reconcile import fleet_reconcile
@@ -63,21 +62,13 @@ def _seconds_or_none(value) -> float | None:
     name=protocol.INSTANCE_REPORT,
     time_limit=30,
     soft_time_limit=25,
-    # The agent sends each report once: a database that is restarting must not lose it (a
-    # launch would never become running). Handling one again changes nothing.
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=1,
-    retry_backoff_max=30,
-    retry_jitter=False,
-    max_retries=8,  # about two minutes
 )
 def instance_report(**message) -> None:
     """An agent's report about one of its instances: signed by that host, and about an
-    instance on that host; anything else is refused and audited. Retried while the
-    database cannot be reached."""
+    instance on that host; anything else is refused and audited."""
     now = timezone.now()
     try:
-        host, report = host_message_verify(message=message, what="report", now=now)
+        host, report = receive(message=message, what="report", now=now)
         instance_id, kind = str(report.get("instance_id", "")), report.get("kind")
         if not Instance.objects.filter(pk=_uuid_or_none(instance_id), host=host).exists():
             refuse_message(

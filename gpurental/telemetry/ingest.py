@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.agent.sampler import MESSAGE_TYPE, host_group, store_sample
+from gpurental.fleet.hostlink import MessageRefused, NoKeys, keys_of, refuse_message
 from gpurental.fleet.models import Host
-from gpurental.fleet.services import MessageRefused, refuse_message
 from gpurental.telemetry.selectors import layer_redis_url
 
 KEY_TTL_S = 60.0  # a rotated token takes effect here within a minute
@@ -36,7 +36,11 @@ async def _host_key(name: str) -> str | None:
     cached = _keys.get(name)
     if cached and cached[1] > time.monotonic():
         return cached[0]
-    key = await Host.objects.filter(name=name).values_list("token_hash", flat=True).afirst()
+    sealed = await Host.objects.filter(name=name).values_list("keys_sealed", flat=True).afirst()
+    try:
+        key = keys_of(sealed).sign if sealed is not None else None
+    except NoKeys:
+        key = None
     if key:
         _keys[name] = (key, time.monotonic() + KEY_TTL_S)
     return key

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from gpurental import protocol
 from gpurental.celery_app import app
-from gpurental.fleet.services import MessageRefused, host_message_verify
+from gpurental.fleet.hostlink import MessageRefused, receive
 from gpurental.telemetry.services import idle_instances_check, rollups_expire, rollups_record
 
 log = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ def telemetry_record(**message) -> None:
     """A host's finished per-minute GPU aggregates, signed by that host's agent."""
     now = timezone.now()
     try:
-        host, batch = host_message_verify(message=message, what="telemetry", now=now)
+        host, batch = receive(message=message, what="telemetry", now=now)
     except MessageRefused as exc:
         log.warning("%s", exc)
         return

@@ -73,7 +73,7 @@ def run_on_agent(host, runtime, message: dict) -> list[dict]:
 
 def deliver(reports: list[dict]) -> None:
     for report in reports:
-        assert report["queue"] == "control" or report.get("queue") is None
+        assert report["queue"] == "reports" or report.get("queue") is None
         tasks.acceptance_report(**report["kwargs"])  # the control-plane task's body
 
 

@@ -17,11 +17,12 @@ from gpurental.acceptance.services import (
     acceptance_runs_expire,
 )
 from gpurental.accounts.models import AuditEvent
+from gpurental.fleet.hostlink import MessageRefused
 from gpurental.fleet.lifecycle import host_activate, host_maintenance_start
 from gpurental.fleet.models import HostStatus
-from gpurental.fleet.services import MessageRefused
 from gpurental.rentals.selectors import schedulable_hosts
 from tests.factories import InstanceFactory
+from tests.messages import signed
 
 
 def cpu_result(fp32=0.1, mem=12.0, threads=2) -> dict:
@@ -48,10 +49,7 @@ def cpu_result(fp32=0.1, mem=12.0, threads=2) -> dict:
 
 def report(host, run, kind, **data) -> dict:
     """A report signed with the host's key, as its agent's ControlReporter sends it."""
-    key = protocol.host_key(host.token)
-    return protocol.sign(
-        key, {"host": host.name, "run_id": str(run.id), "kind": kind, "data": data, "sent_at": 0}
-    )
+    return signed(host, run_id=str(run.id), kind=kind, data=data)
 
 
 @pytest.fixture
@@ -129,9 +127,11 @@ def test_below_threshold_holds_the_host_back_naming_the_figure(requested, cpu_no
 
 def test_the_same_result_recorded_twice_changes_nothing(requested, cpu_nominal):
     host, run = requested
+    # Twice in two messages (the same message twice is a replay, refused: test_hostlink).
     message = report(host, run, "finished", result=cpu_result(), network=[])
     acceptance_report_receive(message=message, now=timezone.now())
     first = AcceptanceRun.objects.get(pk=run.pk)
+    message = report(host, run, "finished", result=cpu_result(), network=[])
     acceptance_report_receive(message=message, now=timezone.now())
     again = AcceptanceRun.objects.get(pk=run.pk)
     assert (again.status, again.finished_at) == (first.status, first.finished_at)

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.slow  # JupyterLab subprocesses
 class RecordingReporter:
     """The agent's reports, kept here instead of sent to the control queue."""
 
+    keys = protocol.host_keys(protocol.host_root("node1's join token"))
+
     def __init__(self):
         self.reports: list[tuple[str, str, dict]] = []
 
@@ -53,7 +55,8 @@ def start(agent, started, spec) -> None:
     agent.start(
         {
             "spec_version": protocol.SPEC_VERSION,
-            **{k: getattr(spec, k) for k in ("instance_id", "image", "token", "gpu_source")},
+            **{k: getattr(spec, k) for k in ("instance_id", "image", "gpu_source")},
+            "sealed": protocol.spec_seal(RecordingReporter.keys.spec, {"token": spec.token}),
             "gpu_indices": list(spec.gpu_indices),
             "gpu_uuids": [],
             "cpu_count": spec.cpu_count,

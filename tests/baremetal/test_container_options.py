@@ -111,12 +111,15 @@ def test_memlock_is_unlimited_where_the_host_may_raise_limits(tmp_path):
     assert grantable_memlock(str(status)) == expected
 
 
+SPEC_KEY = protocol.host_keys(protocol.host_root("a join token")).spec
+
+
 def _wire_spec(**extra) -> dict:
     return {
         "spec_version": protocol.SPEC_VERSION,
         "instance_id": str(uuid.uuid4()),
         "image": "gpurental/jupyter-cpu:latest",
-        "token": "t0ken",
+        "sealed": protocol.spec_seal(SPEC_KEY, {"token": "t0ken"}),
         "gpu_indices": [0],
         "gpu_uuids": [],
         "gpu_source": "simulated",
@@ -136,11 +139,10 @@ def _wire_spec(**extra) -> dict:
 def test_the_agent_reads_the_optional_dedicated_field_and_specs_without_it():
     agent = HostAgent.__new__(HostAgent)  # only _spec is exercised: no broker, no engine
     agent.bind_address, agent.hf_cache_dir = "127.0.0.1", ""
-    plain = agent._spec(protocol.spec_check(_wire_spec()))
+    plain = agent._spec(protocol.spec_open(SPEC_KEY, protocol.spec_check(_wire_spec())))
     assert plain.dedicated is False and plain.shm_size_mb == 0
-    leased = agent._spec(
-        protocol.spec_check(_wire_spec(dedicated={"shm_size_mb": 4096, "host_network": False}))
-    )
+    wire = _wire_spec(dedicated={"shm_size_mb": 4096, "host_network": False})
+    leased = agent._spec(protocol.spec_open(SPEC_KEY, protocol.spec_check(wire)))
     assert (leased.dedicated, leased.shm_size_mb, leased.host_network) == (True, 4096, False)
     with pytest.raises(protocol.SpecRefused, match="unknown"):
         protocol.spec_check(_wire_spec(privileged=True))

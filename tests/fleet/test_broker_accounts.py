@@ -1,6 +1,8 @@
 """Per-host RabbitMQ accounts, against the real RabbitMQ on 127.0.0.1:5672: host A's
-account consumes host.A and publishes reports, and nothing else: not host B's queue,
-not commands to B, not the control queue itself. A real agent process runs on it."""
+account consumes host.A and publishes reports with its own routing key, and nothing else:
+not host B's queue, not commands to B, not reports as B, not the control exchange or
+queue (a forged ``reconcile``). What gets through, the control worker refuses. A real
+agent process runs on it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ import requests
 from kombu import Connection, Exchange, Queue
 
 from gpurental import protocol
-from gpurental.fleet import broker
+from gpurental.accounts.models import AuditEvent
+from gpurental.celery_app import REPORTS
+from gpurental.celery_app import app as control_app
+from gpurental.fleet import broker, hostlink
 from gpurental.fleet.services import host_create, host_join_command, host_rotate_token
 from gpurental.testing.agent_process import AgentProcess, wait_for
 from tests.agent.conftest import skip_unless_ci
@@ -56,6 +61,9 @@ def accounts(rabbitmq, settings, db):
         for host, _ in hosts.values():
             Queue(host.queue, Exchange(host.queue), routing_key=host.queue)(channel).declare()
         Exchange(protocol.CONTROL_QUEUE, type="direct", durable=True)(channel).declare()
+        control_app.amqp.queues.select_add(REPORTS)  # as the control worker does
+        REPORTS(channel).declare()
+        REPORTS(channel).purge()
     yield hosts
     with Connection(ADMIN_AMQP) as admin:
         channel = admin.channel()
@@ -104,16 +112,69 @@ def test_a_hosts_account_cannot_command_another_host(accounts):
         )
 
 
-def test_a_hosts_account_publishes_reports_but_cannot_touch_the_control_queue(accounts):
-    a, a_token = accounts["a"]
+def test_a_hosts_account_publishes_its_own_reports_and_nothing_to_the_control_queue(accounts):
+    (a, a_token), (b, _) = accounts["a"], accounts["b"]
     with as_host(a, a_token) as conn:
         conn.Producer().publish(
-            "{}", exchange=protocol.CONTROL_QUEUE, routing_key="nowhere-in-particular"
+            "{}", exchange=protocol.REPORTS_EXCHANGE, routing_key=protocol.report_routing_key(a.name)
+        )
+    with as_host(a, a_token) as conn:  # speaking for B: refused by the topic permission
+        assert refused(
+            lambda: conn.Producer().publish(
+                "{}",
+                exchange=protocol.REPORTS_EXCHANGE,
+                routing_key=protocol.report_routing_key(b.name),
+            )
         )
     with as_host(a, a_token) as conn:
         assert refused(lambda: conn.default_channel.queue_delete(protocol.CONTROL_QUEUE))
     with as_host(a, a_token) as conn:
+        assert refused(lambda: conn.default_channel.queue_purge(protocol.REPORTS_QUEUE))
+    with as_host(a, a_token) as conn:
         assert refused(lambda: conn.default_channel.queue_declare("anything-else"))
+
+
+def forged_reconcile(conn: Connection, **route) -> None:
+    """A ``reconcile`` as Celery would publish it, sent with a host's account."""
+    from celery import Celery
+
+    forger = Celery("forger", broker=conn.as_uri(include_password=True))
+    forger.conf.broker_transport_options = {"confirm_publish": True}
+    forger.conf.task_publish_retry = False
+    forger.send_task("gpurental.rentals.tasks.reconcile", declare=[], **route)
+
+
+def test_a_forged_reconcile_is_refused_at_the_broker_and_at_the_worker(accounts, monkeypatch):
+    """Host A publishes ``reconcile``: to the control exchange the broker refuses it (before
+    issue 29 it was let through, and the control worker ran it); through its own report
+    route it reaches the reports queue, where the control worker refuses it."""
+    from gpurental.rentals import tasks
+
+    a, a_token = accounts["a"]
+    with as_host(a, a_token) as conn:
+        assert refused(
+            lambda: forged_reconcile(conn, exchange=protocol.CONTROL_QUEUE, routing_key="control")
+        )
+    with as_host(a, a_token) as conn:
+        forged_reconcile(conn, **protocol.report_route(ADMIN_AMQP, a.name))
+    with Connection(ADMIN_AMQP) as admin:
+        message = wait_for(
+            lambda: REPORTS(admin.default_channel).get(no_ack=True),
+            10,
+            "the forged reconcile in the reports queue",
+        )
+    assert message.headers["task"] == "gpurental.rentals.tasks.reconcile"
+    runs = []
+    monkeypatch.setattr(tasks, "fleet_reconcile", lambda: runs.append(1))
+    task = control_app.tasks["gpurental.rentals.tasks.reconcile"]
+    task.push_request(delivery_info=message.delivery_info)  # as the worker runs it
+    try:
+        task()
+    finally:
+        task.pop_request()
+    assert runs == []
+    audit = AuditEvent.objects.get(action="host.task_refused")
+    assert audit.object_repr == a.name and "not a report task" in audit.changes["why"]
 
 
 def test_a_wrong_password_is_refused_and_rotation_changes_it(accounts):
@@ -145,9 +206,9 @@ def test_a_real_agent_runs_on_its_restricted_account(accounts, tmp_path):
     with Connection(ADMIN_AMQP) as admin:
         channel = admin.channel()
         listen = Queue(
-            f"test-control-{uuid.uuid4().hex[:6]}",
-            Exchange(protocol.CONTROL_QUEUE, type="direct", durable=True),
-            routing_key=protocol.CONTROL_QUEUE,
+            f"test-reports-{uuid.uuid4().hex[:6]}",
+            REPORTS.exchange,
+            routing_key=protocol.report_routing_key(a.name),
             auto_delete=True,
         )(channel)
         listen.declare()
@@ -164,7 +225,7 @@ def test_a_real_agent_runs_on_its_restricted_account(accounts, tmp_path):
         try:
             message = wait_for(lambda: listen.get(no_ack=True), 60, "a heartbeat", agent)
             _, kwargs, _ = message.decode()
-            payload = protocol.verify(a.token_hash, kwargs, host=a.name)
+            payload = protocol.verify(hostlink.keys_of(a.keys_sealed).sign, kwargs, host=a.name)
             assert message.headers["task"] == protocol.HEARTBEAT
             assert payload["runtime"] == "process"
             assert "ACCESS_REFUSED" not in agent.log()

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from gpurental.accounts.models import AuditEvent
+from gpurental.fleet.hostlink import MessageRefused
 from gpurental.fleet.models import HostStatus
-from gpurental.fleet.services import MessageRefused, host_heartbeat_receive
+from gpurental.fleet.services import host_heartbeat_receive
 from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 from tests.messages import signed
