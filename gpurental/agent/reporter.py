@@ -1,5 +1,6 @@
-"""How the agent talks back: tasks sent to the control queue, each signed with the host's
-key (``protocol.sign``); the join token itself never leaves the host.
+"""How the agent talks back: tasks sent to the reports queue, each signed with the host's
+signing key (``protocol.sign``) and carrying the time it was sent and a nonce, which the
+control plane checks against replays; the join token itself never leaves the host.
 
 A launch's progress lines go out from a thread of their own: publishing one costs the
 broker a round trip (~10 ms on a small host), which a launch need not wait for. Every
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import secrets
 import threading
 import time
 
@@ -29,19 +31,25 @@ class ControlReporter:
     def __init__(self, app: Celery, *, host_name: str, token: str):
         self.app = app
         self.host_name = host_name
-        self.key = protocol.host_key(token)
-        self.route = protocol.report_route(str(app.conf.broker_url or ""))
+        # Commands are signed with the same key; start specs' secrets open with keys.spec.
+        self.keys = protocol.host_keys(protocol.host_root(token))
+        self.route = protocol.report_route(str(app.conf.broker_url or ""), host_name)
         self._progress: queue.Queue[dict] = queue.Queue()
         self._progress_sender: threading.Thread | None = None
         self._sender_lock = threading.Lock()
 
+    @property
+    def key(self) -> str:
+        return self.keys.sign
+
     def _send(self, name: str, expires: float | None = None, **payload) -> None:
+        payload = {"host": self.host_name, "sent_at": time.time(), **payload}
         self.app.send_task(
             name,
-            kwargs=protocol.sign(self.key, {"host": self.host_name, **payload}),
+            kwargs=protocol.sign(self.keys.sign, {**payload, "nonce": secrets.token_hex(12)}),
             expires=expires,
             retry_policy=None if name == protocol.HEARTBEAT else REPORT_RETRY,
-            # Publish only: declaring the control queue would need a broker permission an
+            # Publish only: declaring the reports queue would need a broker permission an
             # agent's account does not have (and must not: it could delete the queue).
             declare=[],
             **self.route,
