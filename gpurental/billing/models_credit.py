@@ -244,7 +244,8 @@ class VoucherRefund(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="voucherrefund_amount_positive"),
             models.UniqueConstraint(
-                fields=["refund_entry", "redemption"], name="voucherrefund_once_per_refund"
+                fields=["refund_entry", "debit_entry", "redemption"],
+                name="voucherrefund_once_per_refund",
             ),
         ]
 

@@ -16,7 +16,7 @@ from pypdf import PdfReader
 from gpurental.accounts.models import AuditEvent
 from gpurental.billing import documents
 from gpurental.billing.exceptions import BillingError
-from gpurental.billing.models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry
+from gpurental.billing.models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry, Voucher
 from gpurental.billing.selectors import balance_of
 from gpurental.billing.services import credit_add
 from gpurental.billing.services.invoicing import (
@@ -27,6 +27,11 @@ from gpurental.billing.services.invoicing import (
     invoice_void,
 )
 from gpurental.billing.services.metering import meter_run
+from gpurental.billing.services.vouchers import (
+    voucher_credit_expire,
+    voucher_credit_of,
+    voucher_redeem,
+)
 from tests.billing.conftest import beat
 from tests.factories import UserFactory
 
@@ -42,6 +47,10 @@ def local(*args):
 def october(berlin, funded, plan, make_host, run_instance, stop_instance):
     """Alice's October draft. "train" ran Mon 5 Oct 10:00–14:00 (4 h peak = 16.00); "night"
     ran Tue 6 Oct 06:00–09:00 (2 h off-peak = 6.00, 1 h peak = 4.00). Total 26.00."""
+    return _october(funded, plan, make_host, run_instance, stop_instance)
+
+
+def _october(funded, plan, make_host, run_instance, stop_instance):
     host = make_host("node1", plan.gpu_model)
     train = run_instance(funded, plan, host, local(2026, 10, 5, 10), name="train")
     stop_instance(train, local(2026, 10, 5, 14))
@@ -279,6 +288,31 @@ def test_a_credit_note_corrects_an_issued_invoice_and_refunds_the_balance(octobe
         invoice_credit_note(invoice=issued, credits=[(train, Decimal("0.001"))], reason="again")
     with pytest.raises(BillingError, match="only issued or paid"):
         invoice_credit_note(invoice=note, credits=[(note.lines.first(), 1)], reason="x")
+
+
+def test_a_credit_note_on_voucher_paid_usage_gives_the_voucher_credit_back_with_its_expiry(
+    berlin, funded, plan, make_host, run_instance, stop_instance, carol
+):
+    Voucher.objects.create(
+        code="AUTUMN", amount=Decimal("30.00"), credit_days=60, expires_at=local(2026, 10, 2)
+    )
+    redemption = voucher_redeem(user=funded, code="AUTUMN", now=local(2026, 10, 1)).redemption
+    issued = invoice_issue(
+        invoice=_october(funded, plan, make_host, run_instance, stop_instance), now=ISSUE_DAY
+    )
+    assert voucher_credit_of(user=funded, now=ISSUE_DAY) == Decimal("4.00")  # 26.00 spent
+    train = issued.lines.get(description__startswith="train")
+    invoice_credit_note(
+        invoice=issued,
+        credits=[(train, Decimal("6.00"))],
+        reason="slow",
+        actor=carol,
+        now=ISSUE_DAY,
+    )
+    assert voucher_credit_of(user=funded, now=ISSUE_DAY) == Decimal("10.00")
+    voucher_credit_expire(now=redemption.credit_expires_at)
+    redemption.refresh_from_db()
+    assert redemption.expired_amount == Decimal("10.00")  # the refund expired with it
 
 
 def test_drafts_cannot_be_credited(october):

@@ -42,6 +42,7 @@ from gpurental.billing.models import (
 )
 from gpurental.billing.pricing import quantize_money
 from gpurental.billing.selectors import charge_seconds, operator_zone
+from gpurental.billing.services.refunds import refund_post
 from gpurental.notifications.services import notify
 from gpurental.rentals.models import Instance, Reservation
 
@@ -355,6 +356,31 @@ def _lock(invoice: Invoice) -> Invoice:
 # --- corrections ----------------------------------------------------------------
 
 
+def _debits_of(invoice: Invoice, lines: Sequence[InvoiceLine]) -> list[LedgerEntry]:
+    """The ledger debits behind invoice lines: a reservation's payment, or an instance's
+    charges of that rate in the invoice's month (a lease's line names neither: none)."""
+    start, end = pricing.local_month(
+        invoice.period_start.year, invoice.period_start.month, operator_zone()
+    )
+    debits: list[LedgerEntry] = []
+    for line in lines:
+        if line.reservation_id is not None:
+            found = LedgerEntry.objects.filter(
+                reservation_id=line.reservation_id, kind=LedgerEntry.Kind.RESERVATION
+            )
+        elif line.instance_id is not None:
+            found = LedgerEntry.objects.filter(
+                charge__instance_id=line.instance_id,
+                charge__rate_kind=line.rate_kind,
+                charge__period_start__gte=start,
+                charge__period_start__lt=end,
+            )
+        else:
+            continue
+        debits += [entry for entry in found if entry not in debits]
+    return debits
+
+
 def invoice_credit_note(
     *,
     invoice: Invoice,
@@ -428,15 +454,15 @@ def invoice_credit_note(
         _write_lines(note, notes)
         note = invoice_issue(invoice=note, actor=actor, now=now)
         if refund:
-            LedgerEntry.objects.create(
-                user_id=original.user_id,
-                kind=LedgerEntry.Kind.REFUND,
+            # Back to where it came from: voucher credit that paid these lines returns to
+            # its voucher, with its expiry (billing.services.refunds).
+            refund_post(
+                user=original.user,
+                debits=_debits_of(original, [line for line, _amount in credits]),
                 amount=note.total,
-                description=f"credit note {note.number} for {original.number}: {reason.strip()}"[
-                    :255
-                ],
-                created_by=actor if actor is not None and actor.pk else None,
-                created_at=now,
+                description=f"credit note {note.number} for {original.number}: {reason.strip()}",
+                actor=actor,
+                now=now,
             )
         audit_record(
             action="invoice.credit_note",

@@ -9,6 +9,7 @@ rest of the refund is paid credit, which does not expire.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 
@@ -23,44 +24,54 @@ ZERO = Decimal(0)
 PLACES = Decimal("0.000001")  # the ledger's
 
 
-def _voucher_shares(debit: LedgerEntry, amount: Decimal, now: datetime) -> dict[int, Decimal]:
-    """Per redemption id, the part of a refund of ``amount`` for ``debit`` that goes back
-    to that voucher: each voucher's share of the debit, less what earlier refunds of the
-    debit gave back to it already."""
-    parts = voucher_parts_of(user=debit.user, entry=debit, now=now)
-    if not parts:
+def _voucher_shares(
+    user: User, debits: Sequence[LedgerEntry], amount: Decimal, now: datetime
+) -> dict[tuple[int, int], Decimal]:
+    """Per (debit id, redemption id), the part of a refund of ``amount`` for ``debits``
+    that goes back to that voucher: its share of what the debits cost, less what earlier
+    refunds of the same debits gave back to it already."""
+    parts = voucher_parts_of(user=user, entries=debits, now=now)
+    whole = -sum((debit.amount for debit in debits), ZERO)
+    if not parts or whole <= 0:
         return {}
-    whole = -debit.amount
-    given = {}
-    for row in VoucherRefund.objects.filter(debit_entry=debit).values("redemption_id", "amount"):
-        given[row["redemption_id"]] = given.get(row["redemption_id"], ZERO) + row["amount"]
+    given: dict[tuple[int, int], Decimal] = {}
+    earlier = VoucherRefund.objects.filter(debit_entry__in=debits)
+    for debit_id, redemption_id, back in earlier.values_list(
+        "debit_entry_id", "redemption_id", "amount"
+    ):
+        given[debit_id, redemption_id] = given.get((debit_id, redemption_id), ZERO) + back
     shares = {}
-    for redemption_id, part in sorted(parts.items()):
-        share = min((amount * part / whole).quantize(PLACES), part - given.get(redemption_id, ZERO))
-        if share > 0:
-            shares[redemption_id] = share
+    for debit_id, by_redemption in sorted(parts.items()):
+        for redemption_id, part in sorted(by_redemption.items()):
+            left = part - given.get((debit_id, redemption_id), ZERO)
+            share = min((amount * part / whole).quantize(PLACES), left)
+            if share > 0:
+                shares[debit_id, redemption_id] = share
     return shares
 
 
 def refund_post(
     *,
-    debit: LedgerEntry,
+    user: User,
+    debits: Sequence[LedgerEntry],
     amount: Decimal,
     description: str,
     now: datetime,
     reservation=None,
     actor: User | None = None,
 ) -> LedgerEntry | None:
-    """Pay ``amount`` of ``debit`` back to its account: one refund entry in the ledger,
-    with the share that voucher credit had paid given back to those vouchers (expiring
-    with them). Nothing for an amount of zero or less."""
+    """Pay ``amount`` of what ``debits`` cost back to ``user``: one refund entry in the
+    ledger, with the share that voucher credit had paid given back to those vouchers
+    (expiring with them). No debits known: all of it is paid credit. Nothing for an
+    amount of zero or less."""
     if amount <= 0:
         return None
+    debits = list(debits)
     with transaction.atomic():
         # The account's row first, as every booking and the voucher sweep lock it: the
         # replay that splits the refund sees a ledger nobody else is writing to.
-        owner = User.objects.select_for_update().get(pk=debit.user_id)
-        shares = _voucher_shares(debit, amount, now)
+        owner = User.objects.select_for_update().get(pk=user.pk)
+        shares = _voucher_shares(owner, debits, amount, now)
         entry = LedgerEntry.objects.create(
             user=owner,
             kind=LedgerEntry.Kind.REFUND,
@@ -70,8 +81,10 @@ def refund_post(
             created_by=actor if actor is not None and actor.pk else None,
             description=description[:255],
         )
-        redemptions = VoucherRedemption.objects.select_related("voucher").in_bulk(shares)
-        for redemption_id, share in shares.items():
+        redemptions = VoucherRedemption.objects.select_related("voucher").in_bulk(
+            {redemption_id for _debit, redemption_id in shares}
+        )
+        for (debit_id, redemption_id), share in shares.items():
             redemption = redemptions[redemption_id]
             expired = None
             if now >= redemption.credit_expires_at:
@@ -86,7 +99,7 @@ def refund_post(
             VoucherRefund.objects.create(
                 redemption=redemption,
                 refund_entry=entry,
-                debit_entry=debit,
+                debit_entry_id=debit_id,
                 amount=share,
                 expiry_entry=expired,
                 created_at=now,

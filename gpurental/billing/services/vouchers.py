@@ -154,10 +154,11 @@ def voucher_waterfall(
     return credits, {entry: sum(parts.values(), ZERO) for entry, parts in paid.items()}
 
 
-def voucher_parts_of(*, user: User, entry: LedgerEntry, now: datetime) -> dict[int, Decimal]:
-    """Per redemption id, the part of the debit ``entry`` that its voucher credit paid."""
+def voucher_parts_of(*, user: User, entries, now: datetime) -> dict[int, dict[int, Decimal]]:
+    """Per debit entry id of ``entries``, per redemption id: the part of that debit that
+    the redemption's voucher credit paid."""
     _grants, paid = _replay(user=user, now=now)
-    return paid.get(entry.pk, {})
+    return {entry.pk: paid[entry.pk] for entry in entries if entry.pk in paid}
 
 
 def _replay(*, user: User, now: datetime) -> tuple[list[_Grant], dict[int, dict[int, Decimal]]]:

@@ -118,9 +118,11 @@ def _refund(reservation: Reservation, amount: Decimal, *, now: datetime, why: st
     line, so every refund is on a document."""
     if amount <= 0:
         return
-    debit = LedgerEntry.objects.get(reservation=reservation, kind=LedgerEntry.Kind.RESERVATION)
     refund_post(
-        debit=debit,
+        user=reservation.user,
+        debits=LedgerEntry.objects.filter(
+            reservation=reservation, kind=LedgerEntry.Kind.RESERVATION
+        ),
         amount=amount,
         reservation=reservation,
         now=now,
