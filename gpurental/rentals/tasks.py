@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from gpurental import protocol
@@ -62,10 +63,18 @@ def _seconds_or_none(value) -> float | None:
     name=protocol.INSTANCE_REPORT,
     time_limit=30,
     soft_time_limit=25,
+    # The agent sends each report once: a database that is restarting must not lose it (a
+    # launch would never become running). Handling one again changes nothing.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    retry_jitter=False,
+    max_retries=8,  # about two minutes
 )
 def instance_report(**message) -> None:
     """An agent's report about one of its instances: signed by that host, and about an
-    instance on that host; anything else is refused and audited."""
+    instance on that host; anything else is refused and audited. Retried while the
+    database cannot be reached."""
     now = timezone.now()
     try:
         host, report = receive(message=message, what="report", now=now)
