@@ -29,6 +29,7 @@ import base64
 import hashlib
 import hmac
 import json
+import ssl
 from dataclasses import dataclass
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -119,6 +120,22 @@ def report_route(broker_url: str, host_name: str) -> dict:
     if is_amqp(broker_url):
         return {"exchange": REPORTS_EXCHANGE, "routing_key": report_routing_key(host_name)}
     return {"queue": REPORTS_QUEUE}
+
+
+def broker_ssl(*, ca_file: str = "", cert_file: str = "", key_file: str = "") -> dict:
+    """The TLS options of an ``amqps://`` broker (Celery's ``broker_use_ssl``): the broker's
+    certificate checked against ``ca_file`` (the system's CAs without one) and its name
+    against the URL's host; a client certificate when RabbitMQ asks for one."""
+    if bool(cert_file) != bool(key_file):
+        raise ValueError("a client certificate needs both its certificate and its key file")
+    options = {
+        "ca_certs": ca_file or ssl.get_default_verify_paths().openssl_cafile,
+        "cert_reqs": ssl.CERT_REQUIRED,
+        "server_hostname": None,  # kombu puts the URL's host here: the name is checked
+    }
+    if cert_file:
+        options.update(certfile=cert_file, keyfile=key_file)
+    return options
 
 
 # --- commands: control plane → agent ------------------------------------------

@@ -73,6 +73,16 @@ def celery_url(redis_url: str) -> str:
     )
 
 
+def redis_server(url: str) -> str | None:
+    """The Redis server a URL points at (host:port, or a socket's path), None for others."""
+    parts = urlsplit(url)
+    if parts.scheme in {"unix", "redis+socket"}:
+        return parts.path
+    if parts.scheme in {"redis", "rediss"}:
+        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+    return None
+
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
@@ -285,9 +295,40 @@ X_FRAME_OPTIONS = "DENY"
 
 # --- Redis: Celery broker, channel layer ------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or celery_url(REDIS_URL)
+# Every GPU host's agent gets the broker's URL: the cache's Redis (sessions, throttles,
+# the channel layer) is no broker for them. Refused with DEBUG off, where it is reachable
+# over the network; ALLOW_BROKER_ON_CACHE=1 for a box whose agents are all local (tests).
+_broker_redis = redis_server(CELERY_BROKER_URL)
+if (
+    not DEBUG
+    and not env_bool("ALLOW_BROKER_ON_CACHE", False)
+    and _broker_redis
+    and not _broker_redis.startswith("/")  # a unix socket: no remote host can be handed it
+    and _broker_redis
+    in {redis_server(REDIS_URL), redis_server(os.environ.get("CHANNEL_LAYER_URL", ""))}
+):
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL is the cache's Redis ({_broker_redis}) and DEBUG "
+        "is off: refusing to start. Every GPU host's agent is handed the broker, and with this "
+        "one the cache, sessions and channel layer. Set CELERY_BROKER_URL to RabbitMQ "
+        "(amqps://…, with RABBITMQ_MANAGEMENT_URL for per-host accounts; README, Deploying)."
+    )
 # With an amqp:// broker: the RabbitMQ management API, to give each host its own account
-# (it may consume only host.<name> and publish only to the control exchange).
+# (it may consume only host.<name> and publish only its own reports).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")
+# amqps://: the broker's certificate checked against BROKER_SSL_CA_FILE (the system's CAs
+# without it); a client certificate with BROKER_SSL_CERT_FILE and BROKER_SSL_KEY_FILE.
+if CELERY_BROKER_URL.startswith("amqps://"):
+    from gpurental.protocol import broker_ssl
+
+    try:
+        CELERY_BROKER_USE_SSL = broker_ssl(
+            ca_file=os.environ.get("BROKER_SSL_CA_FILE", ""),
+            cert_file=os.environ.get("BROKER_SSL_CERT_FILE", ""),
+            key_file=os.environ.get("BROKER_SSL_KEY_FILE", ""),
+        )
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"BROKER_SSL_CERT_FILE, BROKER_SSL_KEY_FILE: {exc}") from None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_TASK_ACKS_LATE = False

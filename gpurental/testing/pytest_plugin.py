@@ -41,6 +41,8 @@ def pytest_load_initial_conftests(early_config, parser, args):
         os.environ[LOCK_DIR_ENV] = str(_lock_dir)
     # The test client and test servers speak plain http; production redirects to https.
     os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+    # Its agents are all local: the cache's Redis may be the broker (external REDIS_URL too).
+    os.environ.setdefault("ALLOW_BROKER_ON_CACHE", "1")
     if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
         from gpurental import embedded
 
