@@ -1,13 +1,16 @@
 """A lease runs on credit only as far as the balance goes: booking holds its price, a
 restart needs the commitments covered, and at zero credit it is warned, then ended."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 
 from gpurental.baremetal import services
-from gpurental.baremetal.models import LeaseStatus
+from gpurental.baremetal.models import Lease, LeaseStatus
 from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.selectors import balance_of, balance_status
@@ -17,6 +20,7 @@ from gpurental.fleet.models import Host
 from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.rentals.services import reservations
+from tests.factories import UserFactory
 
 NOW = datetime(2026, 6, 10, 9, 0, tzinfo=UTC)  # no off-peak: 20.00/h on demand, 16.00 reserved
 
@@ -146,3 +150,30 @@ def test_a_lease_at_zero_credit_is_warned_then_ended_after_the_grace_with_its_da
     assert instance.status == InstanceStatus.STOPPING
     assert "/workspace is kept" in instance.events.get(to_status="stopping").reason
     assert limits_enforce(now=moment) == []
+
+
+@pytest.mark.backend
+@pytest.mark.django_db(transaction=True)
+def test_two_leases_booked_at_once_on_one_lease_s_balance_get_one(whole_host_plan, leasable):
+    leasable("node1", last_heartbeat_at=NOW)
+    tenant = UserFactory()
+    credit_add(user=tenant, amount=Decimal("16.00"))  # one reserved hour
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    barrier = threading.Barrier(2)
+
+    def book(hour):
+        try:
+            barrier.wait()
+            begin = start + timedelta(hours=hour)
+            return services.lease_book(
+                user=tenant, plan=whole_host_plan, start=begin, end=begin + timedelta(hours=1)
+            )
+        except InsufficientBalance as exc:
+            return exc
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = [f.result() for f in [pool.submit(book, 0), pool.submit(book, 1)]]
+    assert sorted(type(r).__name__ for r in results) == ["InsufficientBalance", "Lease"]
+    assert Lease.objects.filter(user=tenant).count() == 1
