@@ -9,10 +9,11 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import DecimalField, ExpressionWrapper, F, Func, Sum
+from django.db.models import DecimalField, ExpressionWrapper, F, Func, Q, Sum
 from django.db.models.functions import TruncDate
 
 from gpurental.accounts.models import User
+from gpurental.baremetal.models import Lease, LeaseStatus
 from gpurental.billing.models import Charge, Invoice, InvoiceStatus, LedgerEntry
 from gpurental.billing.pricing import Tariff, local_month, price_interval, quantize_money, total
 from gpurental.rentals.models import Instance, InstanceStatus
@@ -36,14 +37,29 @@ def hourly_burn_of(*, user: User, leases: bool = True) -> Decimal:
     """What the user's metered use costs per hour at the full (peak) rate: active on-demand
     instances (reserved ones were paid at booking; those on a dedicated host are billed
     through its lease) and, with ``leases``, active dedicated-host leases."""
-    rate = Instance.objects.filter(
-        user=user, status__in=ACTIVE, reservation__isnull=True, lease__isnull=True
-    ).aggregate(rate=Sum("plan__hourly_rate"))["rate"] or Decimal("0")
+    rate = metered_instances().filter(user=user).aggregate(rate=Sum("plan__hourly_rate"))[
+        "rate"
+    ] or Decimal("0")
     if leases:
         from gpurental.baremetal.selectors import leases_hourly_rate  # baremetal reads billing
 
         rate += leases_hourly_rate(user=user)
     return rate
+
+
+def metered_instances():
+    """Active instances billed as they run (a reservation's was paid at booking; one on a
+    dedicated host is billed through its lease)."""
+    return Instance.objects.filter(status__in=ACTIVE, reservation__isnull=True, lease__isnull=True)
+
+
+def spending_accounts():
+    """Accounts whose use is billed as it runs now: metered instances or active dedicated-
+    host leases. The low-balance warning and the credit-limit stop are for these."""
+    leases = Lease.objects.filter(status=LeaseStatus.ACTIVE)
+    return User.objects.filter(
+        Q(pk__in=metered_instances().values("user")) | Q(pk__in=leases.values("user"))
+    )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import F, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import F, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -25,7 +25,7 @@ from gpurental.baremetal.models import Lease, LeaseStatus
 from gpurental.baremetal.services import lease_end_over_limit
 from gpurental.billing.models import LedgerEntry
 from gpurental.billing.pricing import quantize_money
-from gpurental.billing.selectors import ACTIVE
+from gpurental.billing.selectors import metered_instances, spending_accounts
 from gpurental.notifications.services import notify
 from gpurental.rentals.exceptions import RentalError
 from gpurental.rentals.models import Instance
@@ -34,19 +34,9 @@ from gpurental.rentals.services import lifecycle
 log = logging.getLogger(__name__)
 
 
-def _unpaid_active():
-    """Active instances that cost money as they run (a reservation's was paid ahead; one on
-    a dedicated host is billed through its lease)."""
-    return Instance.objects.filter(status__in=ACTIVE, reservation__isnull=True, lease__isnull=True)
-
-
-def _active_leases():
-    return Lease.objects.filter(status=LeaseStatus.ACTIVE)
-
-
 def users_over_limit() -> list[User]:
-    """Users with active instances or leases whose balance is below minus their credit
-    limit."""
+    """Users with metered instances or active leases whose balance is below minus their
+    credit limit."""
     balance = (
         LedgerEntry.objects.filter(user=OuterRef("pk"))
         .order_by()
@@ -54,9 +44,8 @@ def users_over_limit() -> list[User]:
         .annotate(total=Sum("amount"))
         .values("total")
     )
-    spending = Q(pk__in=_unpaid_active().values("user")) | Q(pk__in=_active_leases().values("user"))
     return list(
-        User.objects.filter(spending)
+        spending_accounts()
         .annotate(balance=Coalesce(Subquery(balance), Value(Decimal(0))))
         .filter(balance__lt=-F("credit_limit"))
     )
@@ -76,7 +65,7 @@ def limits_enforce(*, now: datetime | None = None) -> list[Instance]:
         )
         reason = f"stopped because {why}; /workspace is kept. Add credit, then start it again."
         changes = {"balance": str(user.balance), "credit_limit": str(user.credit_limit)}
-        for instance in _unpaid_active().filter(user=user):
+        for instance in metered_instances().filter(user=user):
             try:
                 lifecycle.instance_stop(instance=instance, reason=reason, now=now)
             except RentalError:
@@ -84,7 +73,7 @@ def limits_enforce(*, now: datetime | None = None) -> list[Instance]:
                 continue
             audit_record(action="billing.stop_over_limit", obj=instance, changes=changes)
             stopped_now.append(instance)
-        for lease in _active_leases().filter(user=user):
+        for lease in Lease.objects.filter(user=user, status=LeaseStatus.ACTIVE):
             running = list(lease.instances.filter(status__in=lifecycle.STOPPABLE))
             try:
                 ended = lease_end_over_limit(lease=lease, reason=f"ended because {why}", now=now)

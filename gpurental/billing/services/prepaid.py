@@ -27,7 +27,12 @@ from gpurental.accounts.models import User
 from gpurental.baremetal.selectors import leases_committed
 from gpurental.billing.exceptions import InsufficientBalance
 from gpurental.billing.pricing import quantize_money
-from gpurental.billing.selectors import ACTIVE, balance_of, hourly_burn_of, unbilled_cost
+from gpurental.billing.selectors import (
+    balance_of,
+    hourly_burn_of,
+    metered_instances,
+    unbilled_cost,
+)
 from gpurental.billing.services.metering import instance_settle
 from gpurental.billing.services.vouchers import voucher_credit_expire
 from gpurental.catalog.models import Plan
@@ -51,9 +56,7 @@ def spendable_of(*, account: User, now: datetime) -> Spendable:
     """The account's balance, credit limit and commitments at ``now``."""
     # Voucher credit past its expiry is not money to book with, even before beat's sweep.
     voucher_credit_expire(user=account, now=now)
-    metered = Instance.objects.filter(
-        user=account, status__in=ACTIVE, reservation__isnull=True, lease__isnull=True
-    ).select_related("plan")
+    metered = metered_instances().filter(user=account).select_related("plan")
     unbilled = sum((unbilled_cost(i, now=now) for i in metered), Decimal(0))
     return Spendable(
         balance=balance_of(user=account),
