@@ -190,6 +190,8 @@ AXES_CLIENT_IP_CALLABLE = "gpurental.addresses.client_ip"  # behind TRUSTED_PROX
 PASSWORD_RESETS_PER_HOUR = env_int("PASSWORD_RESETS_PER_HOUR", 3)  # per e-mail; 3× per address
 SIGNUPS_PER_HOUR = env_int("SIGNUPS_PER_HOUR", 10)  # per client address (3 per e-mail)
 SIGNUP_CONFIRM_HOURS = env_int("SIGNUP_CONFIRM_HOURS", 24)
+# Invitations one team may send in any 24 hours (each e-mails an address a member typed).
+TEAM_INVITATIONS_PER_DAY = env_int("TEAM_INVITATIONS_PER_DAY", 20)
 # Websocket streams check their viewer again this often: logged out, deactivated or no
 # longer staff, and the stream closes (4401 / 4403).
 WS_RECHECK_SECONDS = float(os.environ.get("WS_RECHECK_SECONDS", "30"))

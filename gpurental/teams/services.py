@@ -219,6 +219,22 @@ def invite(*, team: Team, actor: User, email: str, role: str, now=None) -> tuple
                 _("email: %(email)s is already a member of this team") % {"email": email},
                 field="email",
             )
+        # Each invitation e-mails an address anyone may type: a team's daily allowance keeps
+        # the platform from being a mailer (counted under the team's lock, so two at once
+        # cannot both take the last one).
+        per_day = settings.TEAM_INVITATIONS_PER_DAY
+        if (
+            Invitation.objects.filter(team=team, created_at__gt=now - dt.timedelta(days=1)).count()
+            >= per_day
+        ):
+            raise TeamRefused(
+                _(
+                    "email: this team has sent %(limit)s invitations in the last 24 hours, "
+                    "the most allowed (TEAM_INVITATIONS_PER_DAY); try again later"
+                )
+                % {"limit": per_day},
+                field="email",
+            )
         raw = secrets.token_urlsafe(32)
         invitation = Invitation.objects.create(
             team=team,
