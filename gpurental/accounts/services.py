@@ -157,22 +157,6 @@ def api_key_create(
     return key, raw
 
 
-def api_keys_revoke_all(*, user: User, reason: str) -> int:
-    """Revoke every active key of ``user`` (a password reset: whoever had the old password
-    may have made keys)."""
-    revoked = ApiKey.objects.filter(user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
-    if revoked:
-        audit_record(
-            action="api_key.revoke_all",
-            actor=user,
-            obj=user,
-            changes={"reason": reason, "keys": revoked},
-        )
-    return revoked
-
-
 def api_key_authenticate(*, raw: str, now=None) -> ApiKey | None:
     """The active key matching ``raw`` (and its user), or None."""
     if not raw.startswith(API_KEY_PREFIX):

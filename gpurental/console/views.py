@@ -28,7 +28,6 @@ from gpurental.accounts.services import (
     ApiKeyRefused,
     api_key_create,
     api_key_revoke,
-    api_keys_revoke_all,
     attempt_allowed,
     audit_record,
     audit_record_anonymous,
@@ -527,16 +526,6 @@ def revenue_csv(request):
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="revenue-{year}-{month:02d}.csv"'
     return response
-
-
-class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
-    """A password reset also revokes the user's API keys: whoever knew the old password may
-    have made some."""
-
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        api_keys_revoke_all(user=form.user, reason="password reset")
-        return response
 
 
 class PasswordReset(auth_views.PasswordResetView):
