@@ -320,12 +320,13 @@ if (
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")
 # amqps://: the broker's certificate checked against BROKER_SSL_CA_FILE (the system's CAs
 # without it); a client certificate with BROKER_SSL_CERT_FILE and BROKER_SSL_KEY_FILE.
+BROKER_SSL_CA_FILE = os.environ.get("BROKER_SSL_CA_FILE", "")  # also in the join command
 if CELERY_BROKER_URL.startswith("amqps://"):
     from gpurental.protocol import broker_ssl
 
     try:
         CELERY_BROKER_USE_SSL = broker_ssl(
-            ca_file=os.environ.get("BROKER_SSL_CA_FILE", ""),
+            ca_file=BROKER_SSL_CA_FILE,
             cert_file=os.environ.get("BROKER_SSL_CERT_FILE", ""),
             key_file=os.environ.get("BROKER_SSL_KEY_FILE", ""),
         )

@@ -53,6 +53,21 @@ class AgentConfig:
     model_import_dir: str = ""  # model cache fills read only from here (agent/modelcache.py)
     disk_interval: float = 60.0  # seconds between measurements of the workspaces
     debug: bool = False  # DEBUG=1: the process runtime may stand in for a missing Docker
+    # amqps://: the broker's CA (the system's CAs without it); a client certificate.
+    broker_ca_file: str = ""
+    broker_cert_file: str = ""
+    broker_key_file: str = ""
+
+    @property
+    def broker_ssl(self) -> dict | None:
+        """Celery's broker_use_ssl for an amqps:// broker (None for any other)."""
+        if not self.broker_url.startswith("amqps://"):
+            return None
+        return protocol.broker_ssl(
+            ca_file=self.broker_ca_file,
+            cert_file=self.broker_cert_file,
+            key_file=self.broker_key_file,
+        )
 
     @property
     def live_telemetry_url(self) -> str | None:
@@ -95,6 +110,13 @@ class AgentConfig:
                 f"GPURENTAL_TELEMETRY_LAYER={env['GPURENTAL_TELEMETRY_LAYER']!r}: use core or "
                 "pubsub, the same as the web's CHANNEL_LAYER_BACKEND"
             )
+        if bool(env.get("GPURENTAL_BROKER_CERT_FILE")) != bool(
+            env.get("GPURENTAL_BROKER_KEY_FILE")
+        ):
+            raise ConfigError(
+                "GPURENTAL_BROKER_CERT_FILE and GPURENTAL_BROKER_KEY_FILE: set both (a client "
+                "certificate and its key) or neither"
+            )
         name = env["GPURENTAL_HOST_NAME"]
         return cls(
             broker_url=env["GPURENTAL_BROKER_URL"],
@@ -123,6 +145,9 @@ class AgentConfig:
             ),
             disk_interval=_positive(env, "GPURENTAL_DISK_CHECK_INTERVAL", "60"),
             debug=env.get("DEBUG", "").lower() in {"1", "true", "yes", "on"},
+            broker_ca_file=env.get("GPURENTAL_BROKER_CA_FILE", ""),
+            broker_cert_file=env.get("GPURENTAL_BROKER_CERT_FILE", ""),
+            broker_key_file=env.get("GPURENTAL_BROKER_KEY_FILE", ""),
         )
 
 

@@ -29,6 +29,7 @@ def make_app(config: AgentConfig) -> Celery:
         # would need the right to declare.
         worker_enable_remote_control=False,
         worker_hijack_root_logger=False,
+        broker_use_ssl=config.broker_ssl,
     )
     _register(app)
     # The request and instance ids of a command ride on its message headers; the agent's

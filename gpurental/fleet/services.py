@@ -35,8 +35,11 @@ def host_join_command(*, host: Host, token: str) -> str:
         # Production: the host's own broker account, Docker by name, and nothing else.
         url = broker.agent_broker_url(host_name=host.name, password=token)
         ingest = f"{settings.PUBLIC_URL.rstrip('/')}/{protocol.TELEMETRY_INGEST_PATH}"
+        # amqps://: the agent checks the broker against the same CA (copied to the host).
+        ca = settings.BROKER_SSL_CA_FILE if url.startswith("amqps://") else ""
+        ca = f"GPURENTAL_BROKER_CA_FILE='{ca}' " if ca else ""
         return (
-            f"GPURENTAL_BROKER_URL='{url}' GPURENTAL_TELEMETRY_URL='{ingest}' "
+            f"GPURENTAL_BROKER_URL='{url}' {ca}GPURENTAL_TELEMETRY_URL='{ingest}' "
             f"GPURENTAL_HOST_NAME='{host.name}' GPURENTAL_HOST_TOKEN='{token}' "
             "GPURENTAL_RUNTIME='docker' python -m gpurental.agent"
         )
