@@ -18,10 +18,7 @@ from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.credentials import Reason, account_credentials_revoke
 from gpurental.accounts.models import ApiKey
-
-
-def _ip(request) -> str | None:
-    return request.META.get("REMOTE_ADDR") or None
+from gpurental.addresses import client_ip
 
 
 class KeepKeysMixin:
@@ -62,7 +59,7 @@ class PasswordChange(auth_views.PasswordChangeView):
             user=user,
             reason=Reason.PASSWORD_CHANGE,
             keep_key_ids=form.cleaned_data["keep_api_keys"],
-            ip_address=_ip(self.request),
+            ip_address=client_ip(self.request),
         )
         # After the revocation, with the user's new generation: this session alone lives on.
         update_session_auth_hash(self.request, user)
@@ -76,7 +73,7 @@ class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
     def form_valid(self, form):
         response = super().form_valid(form)
         account_credentials_revoke(
-            user=form.user, reason=Reason.PASSWORD_RESET, ip_address=_ip(self.request)
+            user=form.user, reason=Reason.PASSWORD_RESET, ip_address=client_ip(self.request)
         )
         return response
 
@@ -89,7 +86,7 @@ def logout_everywhere(request):
             user=request.user,
             reason=Reason.LOGOUT_EVERYWHERE,
             keep_key_ids=form.cleaned_data["keep_api_keys"],
-            ip_address=_ip(request),
+            ip_address=client_ip(request),
         )
         logout(request)
         messages.success(

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from gpurental.accounts.credentials import Reason, account_credentials_revoke
 from gpurental.accounts.models import ApiKey
 from gpurental.accounts.services import ApiKeyRefused, api_key_create, api_key_revoke
+from gpurental.addresses import client_ip
 from gpurental.api.account import serializers as s
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import PersonalMixin
@@ -181,7 +182,7 @@ class LogoutEverywhereView(GenericAPIView):
                 user=request.user,
                 reason=Reason.LOGOUT_EVERYWHERE,
                 keep_key_ids=form.validated_data["keep_api_keys"],
-                ip_address=request.META.get("REMOTE_ADDR"),
+                ip_address=client_ip(request),
             )
         except ApiKeyRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
