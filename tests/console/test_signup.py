@@ -69,7 +69,9 @@ def test_sign_ups_from_one_address_are_throttled_without_saying_so(client, db, s
     answers = [sign_up(client, f"n{i}@example.com", ip="192.0.2.77") for i in range(4)]
     assert all("Check your inbox" in a.text for a in answers)
     assert len(mail.outbox) == 2
-    assert AuditEvent.objects.filter(action="auth.signup_throttled").count() == 2
+    # Two throttled, in one row (two should the minute turn): anyone may sign up, so the
+    # audit log coalesces per address and minute (tests/accounts/test_anonymous_audit.py).
+    assert 1 <= AuditEvent.objects.filter(action="auth.signup_throttled").count() <= 2
 
 
 @pytest.mark.parametrize(
