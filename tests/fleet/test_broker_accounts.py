@@ -116,7 +116,9 @@ def test_a_hosts_account_publishes_its_own_reports_and_nothing_to_the_control_qu
     (a, a_token), (b, _) = accounts["a"], accounts["b"]
     with as_host(a, a_token) as conn:
         conn.Producer().publish(
-            "{}", exchange=protocol.REPORTS_EXCHANGE, routing_key=protocol.report_routing_key(a.name)
+            "{}",
+            exchange=protocol.REPORTS_EXCHANGE,
+            routing_key=protocol.report_routing_key(a.name),
         )
     with as_host(a, a_token) as conn:  # speaking for B: refused by the topic permission
         assert refused(

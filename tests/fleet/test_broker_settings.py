@@ -1,32 +1,17 @@
 """The broker outside DEBUG: never the cache's Redis that hosts would be handed (issue 29)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.test_settings import _load_settings as load_settings
 
 pytestmark = pytest.mark.slow  # a Django process per setting
 
 
 def _load_settings(**env):
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DEBUG", "CELERY_BROKER_URL", "ALLOW_BROKER_ON_CACHE", "CHANNEL_LAYER_URL"}
-    }
-    base.update(SECRET_KEY="x" * 50, DEBUG="0", **env)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from django.conf import settings; print(settings.CELERY_BROKER_URL)",
-        ],
-        env={**base, "DJANGO_SETTINGS_MODULE": "gpurental.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """Settings with DEBUG off, a real secret key, no broker set and no local-only opt-out."""
+    defaults = {"SECRET_KEY": "x" * 50, "DEBUG": "0", "CELERY_BROKER_URL": ""}
+    local_only = {"ALLOW_BROKER_ON_CACHE": "0", "CHANNEL_LAYER_URL": ""}
+    return load_settings(**{**defaults, **local_only, **env})
 
 
 def test_debug_off_refuses_the_caches_redis_as_the_broker():
