@@ -13,7 +13,7 @@ from gpurental.celery_app import app
 from gpurental.fleet.hostlink import MessageRefused, receive, refuse_message
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services import lifecycle, reservations
-from gpurental.rentals.services.reconcile import fleet_reconcile
+from gpurental.rentals.services.reconcile import reconcile_pass
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def _uuid_or_none(value: str):
 
 @app.task(name="gpurental.rentals.tasks.reconcile", time_limit=120, soft_time_limit=100)
 def reconcile() -> None:
-    fleet_reconcile()
+    reconcile_pass()
 
 
 @app.task(name="gpurental.rentals.tasks.reservations_tick", time_limit=120, soft_time_limit=100)

@@ -345,3 +345,64 @@ def test_a_warm_replicas_parked_container_is_left_alone(
     sent.clear()
     beat(host, at=now + timedelta(seconds=5), containers={str(warm.pk): "running"})
     assert commands(sent, warm) == ["instance_stop"]  # stopped but running: not parked
+
+
+@pytest.fixture
+def reconcile_state():
+    """The periodic pass's memory, cleared before and after (it lives in the cache)."""
+    from django.core.cache import cache
+
+    from gpurental.rentals.services import reconcile as rc
+
+    cache.delete_many([rc.LAST_RUN_KEY, rc.HEARD_SINCE_KEY])
+    yield cache
+    cache.delete_many([rc.LAST_RUN_KEY, rc.HEARD_SINCE_KEY])
+
+
+def test_an_outage_of_the_control_plane_marks_no_live_host_offline(
+    silent_host, settings, reconcile_state
+):
+    """The database (or the control worker) was down for longer than HOST_OFFLINE_AFTER:
+    the host's beats of that time were never recorded. The first passes after it judge
+    silence only over the time they have been listening."""
+    from gpurental.rentals.services import reconcile as rc
+
+    host, instance, last_beat = silent_host
+    before_outage = last_beat + timedelta(seconds=1)
+    reconcile_state.set_many({rc.LAST_RUN_KEY: before_outage, rc.HEARD_SINCE_KEY: before_outage})
+    back = last_beat + timedelta(minutes=5)  # no pass ran in between: the database was down
+    rc.reconcile_pass(now=back)
+    rc.reconcile_pass(now=back + timedelta(seconds=settings.RECONCILE_INTERVAL))
+    host.refresh_from_db()
+    instance.refresh_from_db()
+    assert host.status == HostStatus.ACTIVE
+    assert instance.status == S.RUNNING
+    # A host that stays silent while the control plane listens goes offline as ever.
+    step = timedelta(seconds=settings.RECONCILE_INTERVAL)
+    now = back + step
+    while now <= back + timedelta(seconds=settings.HOST_OFFLINE_AFTER) + step:
+        now += step
+        rc.reconcile_pass(now=now)
+    host.refresh_from_db()
+    instance.refresh_from_db()
+    assert host.status == HostStatus.OFFLINE
+    assert instance.status == S.UNREACHABLE and instance.stopped_at == last_beat
+
+
+def test_a_pass_without_a_gap_marks_a_silent_host_offline_at_once(
+    silent_host, settings, reconcile_state
+):
+    from gpurental.rentals.services import reconcile as rc
+
+    host, instance, last_beat = silent_host
+    now = last_beat + timedelta(seconds=settings.HOST_OFFLINE_AFTER + 1)
+    listening = last_beat - timedelta(hours=1)
+    reconcile_state.set_many(
+        {
+            rc.LAST_RUN_KEY: now - timedelta(seconds=settings.RECONCILE_INTERVAL),
+            rc.HEARD_SINCE_KEY: listening,
+        }
+    )
+    assert rc.reconcile_pass(now=now) == listening
+    host.refresh_from_db()
+    assert host.status == HostStatus.OFFLINE

@@ -22,6 +22,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 
@@ -94,10 +95,17 @@ def _uuids(containers: dict[str, str]) -> list[str]:
     return valid
 
 
-def hosts_mark_offline(*, now: datetime) -> list[str]:
-    """Hosts whose heartbeat is stale: offline; their instances unreachable, then lost."""
+def hosts_mark_offline(*, now: datetime, heard_since: datetime | None = None) -> list[str]:
+    """Hosts whose heartbeat is stale: offline; their instances unreachable, then lost.
+
+    ``heard_since``: since when the control plane could hear heartbeats without a gap (see
+    ``reconcile_pass``). A host's silence counts only from then: beats it sent while the
+    database or the control worker was down were never recorded, which says nothing of
+    the host."""
     cutoff = now - timedelta(seconds=settings.HOST_OFFLINE_AFTER)
     lost_cutoff = now - timedelta(seconds=settings.HOST_LOST_AFTER)
+    if heard_since is not None and heard_since > cutoff:
+        return []  # not listening for long enough to call any host silent
     # Active hosts go offline; any stale host (draining, maintenance too) has its instances settled.
     stale = Host.objects.filter(last_heartbeat_at__lt=cutoff).filter(
         Q(status=HostStatus.ACTIVE) | Q(instances__status__in=HOLDING)
@@ -111,7 +119,7 @@ def hosts_mark_offline(*, now: datetime) -> list[str]:
                 continue  # a heartbeat came in meanwhile
             # An active host goes offline (fleet's transition; other states stay as they are).
             host = host_mark_offline(host=host, last_heartbeat_at=last)
-        lost = last < lost_cutoff
+        lost = max(last, heard_since or last) < lost_cutoff
         for instance in Instance.objects.filter(host=host, status__in=HOLDING):
             if lost:
                 lifecycle.instance_mark_lost(instance=instance, last_beat=last, now=now)
@@ -140,7 +148,33 @@ def stuck_operations_settle(*, now: datetime) -> None:
         lifecycle.instance_remove_timeout(instance_id=pk, now=now)
 
 
-def fleet_reconcile(*, now: datetime | None = None) -> None:
+def fleet_reconcile(*, now: datetime | None = None, heard_since: datetime | None = None) -> None:
     now = now or datetime.now(UTC)
-    hosts_mark_offline(now=now)
+    hosts_mark_offline(now=now, heard_since=heard_since)
     stuck_operations_settle(now=now)
+
+
+# The periodic pass keeps, in the cache, when it last finished and since when it has run
+# without a gap.
+LAST_RUN_KEY = "reconcile:last-pass"
+HEARD_SINCE_KEY = "reconcile:heard-since"
+GAP_PASSES = 3  # more than this many periods since the last finished pass is a gap
+
+
+def reconcile_pass(*, now: datetime | None = None) -> datetime:
+    """The periodic reconcile. After a gap (the database or the control worker was down,
+    or the cache was emptied), host silence is counted only from the first pass after it,
+    so an outage of the control plane never marks live hosts offline nor stops billing
+    for their instances. Returns since when the control plane has been listening."""
+    now = now or datetime.now(UTC)
+    state = cache.get_many([LAST_RUN_KEY, HEARD_SINCE_KEY])
+    last, since = state.get(LAST_RUN_KEY), state.get(HEARD_SINCE_KEY)
+    gap = timedelta(seconds=settings.RECONCILE_INTERVAL * GAP_PASSES)
+    if last is None or since is None or not timedelta(0) <= now - last <= gap:
+        if last is not None:
+            log.warning("reconcile: no pass since %s; hosts' silence counts from now", last)
+        since = now
+    fleet_reconcile(now=now, heard_since=since)
+    # Only a pass that finished counts: one that failed on a database outage does not.
+    cache.set_many({LAST_RUN_KEY: now, HEARD_SINCE_KEY: since}, timeout=None)
+    return since
