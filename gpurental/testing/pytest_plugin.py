@@ -166,6 +166,8 @@ def _exclusive_tests_run_alone(request):
         fcntl.flock(tests, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         if not exclusive:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+        # A test that waited here for an exclusive one may find PostgreSQL restarted.
+        _close_connections_after_a_restart()
         try:
             yield
         finally:
@@ -221,6 +223,10 @@ _postgres_restart_seen: int | None = None
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    _close_connections_after_a_restart()
+
+
+def _close_connections_after_a_restart() -> None:
     """After a PostgreSQL restart (in any test process), this process's connections to it
     are dead: Django reconnects only once they are closed."""
     global _postgres_restart_seen

@@ -167,7 +167,7 @@ def test_a_forged_reconcile_is_refused_at_the_broker_and_at_the_worker(accounts,
         )
     assert message.headers["task"] == "gpurental.rentals.tasks.reconcile"
     runs = []
-    monkeypatch.setattr(tasks, "fleet_reconcile", lambda: runs.append(1))
+    monkeypatch.setattr(tasks, "reconcile_pass", lambda: runs.append(1))
     task = control_app.tasks["gpurental.rentals.tasks.reconcile"]
     task.push_request(delivery_info=message.delivery_info)  # as the worker runs it
     try:

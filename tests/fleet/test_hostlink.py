@@ -40,7 +40,7 @@ def reconcile_runs(monkeypatch):
     from gpurental.rentals import tasks
 
     runs = []
-    monkeypatch.setattr(tasks, "fleet_reconcile", lambda: runs.append(1))
+    monkeypatch.setattr(tasks, "reconcile_pass", lambda: runs.append(1))
     return runs
 
 
