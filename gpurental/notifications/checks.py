@@ -6,20 +6,17 @@ from datetime import datetime
 
 from django.conf import settings
 
-from gpurental.accounts.models import User
 from gpurental.billing.models import LedgerEntry
-from gpurental.billing.selectors import ACTIVE, balance_status
+from gpurental.billing.selectors import balance_status, spending_accounts
 from gpurental.notifications.services import notify
-from gpurental.rentals.models import Instance
 
 
 def low_balance_check(*, now: datetime) -> int:
-    """Warn each user whose running instances will soon eat their balance (the console's
+    """Warn each account whose running instances or active leases will soon eat its balance (the console's
     low-balance flag), once per top-up: the key is their latest credit, so a new top-up
     that runs low again is warned again. Returns how many were warned."""
-    running = Instance.objects.filter(status__in=ACTIVE, reservation__isnull=True)
     warned = 0
-    for user in User.objects.filter(pk__in=running.values("user")):
+    for user in spending_accounts():
         status = balance_status(user=user)
         if not status.low:
             continue

@@ -177,3 +177,16 @@ def test_two_leases_booked_at_once_on_one_lease_s_balance_get_one(whole_host_pla
         results = [f.result() for f in [pool.submit(book, 0), pool.submit(book, 1)]]
     assert sorted(type(r).__name__ for r in results) == ["InsufficientBalance", "Lease"]
     assert Lease.objects.filter(user=tenant).count() == 1
+
+
+def test_a_lease_with_no_instance_running_low_is_warned_by_e_mail(
+    alice, whole_host_plan, leasable, settings, mailoutbox
+):
+    from gpurental.notifications.checks import low_balance_check
+
+    leasable("node1", last_heartbeat_at=NOW)
+    credit_add(user=alice, amount=Decimal("80.00"))
+    services.lease_book(user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=4), now=NOW)
+    LedgerEntry.objects.create(user=alice, kind="adjustment", amount=Decimal("-70.00"))
+    assert balance_status(user=alice).low
+    assert low_balance_check(now=NOW) == 1
