@@ -127,6 +127,14 @@ def dedicated_options(lease: Lease) -> dict:
     }
 
 
+def lease_charge_entries(lease_id: int, rate_kind: str, start: datetime, end: datetime):
+    """The ledger entries (ids, a subquery) of a lease's charges of one rate kind in
+    [start, end): what a credit note on its invoice line pays back."""
+    return LeaseCharge.objects.filter(
+        lease_id=lease_id, rate_kind=rate_kind, period_start__gte=start, period_start__lt=end
+    ).values("ledger_entry_id")
+
+
 def lease_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
     """Per user, unsaved invoice lines for the lease charges of [start, end) (a month in
     the operator's zone): one per lease and rate kind, like an instance's lines; the
@@ -160,6 +168,7 @@ def lease_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[i
             }
         lines[row["lease__user_id"]].append(
             InvoiceLine(
+                lease_id=lease.pk,
                 rate_kind=row["rate_kind"],
                 description=description[:255],
                 gpu_hours=hours.quantize(Decimal("0.0001")),

@@ -188,6 +188,9 @@ class InvoiceLine(models.Model):
     reservation = models.ForeignKey(
         "rentals.Reservation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    lease = models.ForeignKey(
+        "baremetal.Lease", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     rate_kind = models.CharField(max_length=16, choices=RateKind.choices)
     description = models.CharField(max_length=255)
     gpu_hours = models.DecimalField(max_digits=12, decimal_places=4)

@@ -160,3 +160,49 @@ def test_a_silent_host_s_time_is_not_billed_and_billing_resumes_when_it_answers(
     assert billed == 60 + 90  # [0, 60) and [510, 600): the silence in between is free
     note = lease.events.get(reason__contains="silent")
     assert "not billed" in note.reason
+
+
+def test_a_credit_note_on_a_voucher_paid_lease_gives_the_voucher_credit_back_with_its_expiry(
+    alice, whole_host_plan, leasable, carol
+):
+    """Refunds go back where the money came from: voucher credit that paid a lease returns
+    to its voucher (and expires with it), not as paid credit that never expires."""
+    from gpurental.billing.models import Voucher
+    from gpurental.billing.services.invoicing import invoice_credit_note, invoice_issue
+    from gpurental.billing.services.vouchers import (
+        voucher_credit_expire,
+        voucher_credit_of,
+        voucher_redeem,
+    )
+
+    Voucher.objects.create(
+        code="LEASE", amount=Decimal("50.00"), credit_days=60, expires_at=NOW + timedelta(days=1)
+    )
+    redemption = voucher_redeem(user=alice, code="LEASE", now=NOW).redemption
+    host = leasable("node1", last_heartbeat_at=NOW)
+    lease = services.lease_book(
+        user=alice, plan=whole_host_plan, end=NOW + timedelta(hours=2), now=NOW
+    )
+    later = NOW + timedelta(minutes=30, seconds=30)
+    beat(host, later)
+    services.lease_meter(lease=lease, now=later)
+    issued = invoice_issue(
+        invoice=invoice_generate(user=alice, year=2026, month=6, now=later), now=later
+    )
+    peak = issued.lines.get(rate_kind="peak")  # 10.00 of the voucher's credit paid for it
+    assert peak.lease == lease
+    spent_left = voucher_credit_of(user=alice, now=later)
+    note = invoice_credit_note(
+        invoice=issued,
+        credits=[(peak, Decimal("4.00"))],
+        reason="slow disks",
+        actor=carol,
+        now=later,
+    )
+    assert note.lines.get().lease == lease
+    assert voucher_credit_of(user=alice, now=later) == spent_left + Decimal("4.00")
+    voucher_credit_expire(now=redemption.credit_expires_at)
+    redemption.refresh_from_db()
+    assert redemption.expired_amount == spent_left + Decimal("4.00")  # the refund expired too
+    with pytest.raises(Exception, match="more than the 6.00 left"):
+        invoice_credit_note(invoice=issued, credits=[(peak, Decimal("6.01"))], reason="again")

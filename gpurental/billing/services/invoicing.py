@@ -28,7 +28,7 @@ from django.utils.translation import gettext
 from gpurental.accounts.languages import languages_of
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
-from gpurental.baremetal.selectors import lease_invoice_lines
+from gpurental.baremetal.selectors import lease_charge_entries, lease_invoice_lines
 from gpurental.billing import pricing
 from gpurental.billing.documents import bill_to_lines
 from gpurental.billing.exceptions import BillingError
@@ -260,6 +260,7 @@ def _copies(lines: Sequence[InvoiceLine]) -> list[InvoiceLine]:
         InvoiceLine(
             instance_id=line.instance_id,
             reservation_id=line.reservation_id,
+            lease_id=line.lease_id,
             rate_kind=line.rate_kind,
             description=line.description,
             gpu_hours=line.gpu_hours,
@@ -358,7 +359,7 @@ def _lock(invoice: Invoice) -> Invoice:
 
 def _debits_of(invoice: Invoice, lines: Sequence[InvoiceLine]) -> list[LedgerEntry]:
     """The ledger debits behind invoice lines: a reservation's payment, or an instance's
-    charges of that rate in the invoice's month (a lease's line names neither: none)."""
+    or a lease's charges of that rate in the invoice's month."""
     start, end = pricing.local_month(
         invoice.period_start.year, invoice.period_start.month, operator_zone()
     )
@@ -374,6 +375,10 @@ def _debits_of(invoice: Invoice, lines: Sequence[InvoiceLine]) -> list[LedgerEnt
                 charge__rate_kind=line.rate_kind,
                 charge__period_start__gte=start,
                 charge__period_start__lt=end,
+            )
+        elif line.lease_id is not None:
+            found = LedgerEntry.objects.filter(
+                pk__in=lease_charge_entries(line.lease_id, line.rate_kind, start, end)
             )
         else:
             continue
@@ -414,11 +419,13 @@ def invoice_credit_note(
         for line in InvoiceLine.objects.filter(
             invoice__corrects=original, invoice__kind=Invoice.Kind.CREDIT_NOTE
         ).exclude(invoice__status=InvoiceStatus.VOID):
-            credited[line.instance_id, line.reservation_id, line.rate_kind] += line.amount
+            credited[line.instance_id, line.reservation_id, line.lease_id, line.rate_kind] += (
+                line.amount
+            )
         notes = []
         for line, amount in credits:
             amount = Decimal(amount)
-            key = (line.instance_id, line.reservation_id, line.rate_kind)
+            key = (line.instance_id, line.reservation_id, line.lease_id, line.rate_kind)
             if line.invoice_id != original.pk:
                 raise BillingError(f"line {line.pk} is not on {original}", field="credits")
             if amount <= 0 or amount != quantize_money(amount):
@@ -436,6 +443,7 @@ def invoice_credit_note(
                 InvoiceLine(
                     instance_id=line.instance_id,
                     reservation_id=line.reservation_id,
+                    lease_id=line.lease_id,
                     rate_kind=line.rate_kind,
                     description=f"Credit: {line.description}. {reason.strip()}"[:255],
                     gpu_hours=hours.quantize(HOURS),
