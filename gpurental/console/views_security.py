@@ -1,7 +1,8 @@
 """The console's password change, password reset and "log out everywhere": each ends every
-other session of the person (``accounts.credentials.account_credentials_revoke``). The
-change and the log-out list the person's API keys with a "keep" box each, none ticked: a
-key stays valid only if its owner says so."""
+other session of the person (``accounts.credentials.account_credentials_revoke``). Each
+lists the person's API keys with a "keep" box each, none ticked: a key stays valid only if
+its owner says so (on a reset, whoever holds the mailbox: the one who can choose a new
+password anyway)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.contrib import messages
 from django.contrib.auth import logout, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import PasswordChangeForm
+from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -36,6 +37,12 @@ class KeepKeysMixin:
 
 
 class PasswordChangeKeepKeysForm(KeepKeysMixin, PasswordChangeForm):
+    def __init__(self, user, *args, **kwargs):
+        super().__init__(user, *args, **kwargs)
+        self._keep_field(user)
+
+
+class SetPasswordKeepKeysForm(KeepKeysMixin, SetPasswordForm):
     def __init__(self, user, *args, **kwargs):
         super().__init__(user, *args, **kwargs)
         self._keep_field(user)
@@ -67,13 +74,19 @@ class PasswordChange(auth_views.PasswordChangeView):
 
 
 class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
-    """A reset ends every session and revokes every API key: whoever knew the old password
-    may have made some (the owner is told by e-mail, and makes new keys)."""
+    """A reset ends every session and revokes every API key but those ticked to keep (none
+    by default): whoever knew the old password may have made some. The owner is told by
+    e-mail."""
+
+    form_class = SetPasswordKeepKeysForm
 
     def form_valid(self, form):
         response = super().form_valid(form)
         account_credentials_revoke(
-            user=form.user, reason=Reason.PASSWORD_RESET, ip_address=client_ip(self.request)
+            user=form.user,
+            reason=Reason.PASSWORD_RESET,
+            keep_key_ids=form.cleaned_data["keep_api_keys"],
+            ip_address=client_ip(self.request),
         )
         return response
 

@@ -135,21 +135,37 @@ def test_a_password_change_keeps_this_session_and_the_chosen_keys_and_ends_the_r
     assert "password was changed" in mail.body
 
 
-def test_a_password_reset_ends_every_session_and_revokes_every_key(
+def test_a_password_reset_ends_every_session_and_revokes_every_key_not_kept(
     client, alice, keys, mailoutbox, django_capture_on_commit_callbacks
 ):
     elsewhere = logged_in(alice)
     uid = urlsafe_base64_encode(force_bytes(alice.pk))
     token = default_token_generator.make_token(alice)
     form_url = client.get(f"/password/reset/{uid}/{token}/", follow=True).redirect_chain[-1][0]
+    page = client.get(form_url)
+    assert 'name="keep_api_keys"' in page.text and "checked" not in page.text  # none ticked
+    assert "laptop (gpr_" in page.text
     with django_capture_on_commit_callbacks(execute=True):
-        done = client.post(form_url, {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD})
+        done = client.post(
+            form_url,
+            {
+                "new_password1": NEW_PASSWORD,
+                "new_password2": NEW_PASSWORD,
+                "keep_api_keys": [str(keys["laptop"][0].pk)],
+            },
+        )
     assert done.status_code == 302
     assert not still_logged_in(elsewhere)
-    assert active_names(alice) == set()
+    assert active_names(alice) == {"laptop"}
     assert User.objects.get(pk=alice.pk).credentials_generation == 1
     (mail,) = mailoutbox
     assert "password was reset" in mail.body
+
+
+def test_a_spent_reset_link_says_so_instead_of_a_form(client, alice):
+    page = client.get("/password/reset/MQ/set-password/")
+    assert page.status_code == 200
+    assert "no longer valid" in page.text and 'name="new_password1"' not in page.text
 
 
 def test_log_out_everywhere_over_the_api(
