@@ -1,5 +1,6 @@
 """Elastic groups in the SDK: ``client.apply_group(spec)`` (alias ``create_group``),
-``list_groups()``, ``get_group(id)``, ``delete_group(id)``, ``quote_group(spec)``.
+``list_groups()``, ``get_group(id)``, ``delete_group(id)``, ``quote_group(spec)``,
+``rotate_group_endpoint_key(id, overlap_s=86400)``.
 
 A spec is a dict in the groups' vocabulary (name, min_nodes, max_nodes, scaling_metrics,
 warm_pool, …) or its text in JSON, YAML or HCL (``format=`` says which, else the server
@@ -68,6 +69,15 @@ class GroupEvent:
             reason=data.get("reason") or "",
             created_at=_parse_time(data.get("created_at")),
         )
+
+
+@dataclass(frozen=True)
+class RotatedKey:
+    """A group's new endpoint key (shown this once) and until when the key it replaced
+    keeps working (None: it stopped at once)."""
+
+    endpoint_key: str
+    previous_key_until: datetime | None
 
 
 @dataclass
@@ -194,6 +204,23 @@ class GroupsMixin:
         if not found:
             raise NotFound(f"there is no group named {text!r}", status=404, code="not_found")
         return self.get_group(found[0]["id"])
+
+    def rotate_group_endpoint_key(
+        self: Client, group_id: Any, overlap_s: int | None = None
+    ) -> RotatedKey:
+        """A new endpoint key for the group; the current one keeps opening the endpoint for
+        ``overlap_s`` seconds (the server's default, 24 h, when None; 0: it stops now;
+        at most 30 days). Rotating again during an overlap stops the older key at once."""
+        body = {} if overlap_s is None else {"overlap_s": overlap_s}
+        data = self._request(
+            "POST", f"groups/{_quote(group_id)}/rotate-endpoint-key/", json_body=body
+        )
+        if not isinstance(data, dict) or not data.get("endpoint_key"):
+            raise GpuRentalError("the server sent no endpoint key")
+        return RotatedKey(
+            endpoint_key=data["endpoint_key"],
+            previous_key_until=_parse_time(data.get("previous_key_until")),
+        )
 
     def delete_group(self: Client, group_id: Any) -> Group:
         """Delete the group: its replicas terminate (``status`` deleting), then it is gone."""

@@ -134,6 +134,11 @@ urlpatterns = [
     path("groups/<uuid:group_id>/", views_groups.group_detail, name="group"),
     path("groups/<uuid:group_id>/samples/", views_groups.group_samples, name="group_samples"),
     path("groups/<uuid:group_id>/delete/", views_groups.group_delete_view, name="group_delete"),
+    path(
+        "groups/<uuid:group_id>/rotate-key/",
+        views_groups.group_rotate_key_view,
+        name="group_rotate_key",
+    ),
     path("staff/fleet/", views.fleet, name="fleet"),
     path("staff/fleet/tables/", views.fleet_hosts, name="fleet_tables"),
     path("staff/revenue/", views.revenue, name="revenue"),

@@ -1,7 +1,10 @@
 """Elastic groups in the console: the list with a spec form (quote first, then apply),
-a group's page (replicas, events, live charts) and the samples its charts poll."""
+a group's page (replicas, events, live charts, its endpoint key's rotation) and the
+samples its charts poll."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
@@ -11,6 +14,7 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from gpurental.api.groups.serializers import (
@@ -20,13 +24,22 @@ from gpurental.api.groups.serializers import (
 )
 from gpurental.gateway import routes
 from gpurental.groups import specs
+from gpurental.groups.keys import ENDPOINT_KEY_OVERLAP, group_endpoint_key_rotate
 from gpurental.groups.models import Group
 from gpurental.groups.selectors import group_frame, group_quote, groups_visible_to
 from gpurental.groups.services import group_apply, group_delete
+from gpurental.rentals.exceptions import RentalError
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, needs_role, require_role
 
 FORMATS = (("hcl", "HCL"), ("yaml", "YAML"), ("json", "JSON"))
+# How long the replaced endpoint key keeps working after a rotation (seconds, label).
+OVERLAPS = (
+    (0, gettext_lazy("none: it stops now")),
+    (3600, gettext_lazy("1 hour")),
+    (int(ENDPOINT_KEY_OVERLAP.total_seconds()), gettext_lazy("24 hours")),
+    (7 * 86400, gettext_lazy("7 days")),
+)
 
 
 def _quote(*, user, source: str, fmt: str) -> dict:
@@ -110,7 +123,10 @@ def _group_or_404(request, group_id) -> Group:
 
 @login_required
 def group_detail(request, group_id):
-    group = _group_or_404(request, group_id)
+    return _detail(request, _group_or_404(request, group_id))
+
+
+def _detail(request, group: Group, rotated=None):
     return render(
         request,
         "console/group.html",
@@ -128,8 +144,32 @@ def group_detail(request, group_id):
                 warm_pool_size=group.warm_pool_size,
             ),
             "currency": settings.BILLING_CURRENCY,
+            "overlaps": OVERLAPS,
+            "default_overlap": int(ENDPOINT_KEY_OVERLAP.total_seconds()),
+            "rotated": rotated,
         },
     )
+
+
+@login_required
+@require_POST
+@needs_role(roles.OPERATE)
+def group_rotate_key_view(request, group_id):
+    """A new endpoint key, shown on the page this once; the old one works for the overlap
+    chosen."""
+    group = _group_or_404(request, group_id)
+    try:
+        overlap_s = int(request.POST.get("overlap_s", ""))
+    except ValueError:
+        overlap_s = -1  # the service names the field and the range
+    try:
+        rotated = group_endpoint_key_rotate(
+            group=group, actor=request.user, overlap=timedelta(seconds=overlap_s)
+        )
+    except RentalError as exc:
+        messages.error(request, exc.message)
+        return redirect("group", group_id=group.pk)
+    return _detail(request, rotated.group, rotated=rotated)
 
 
 @login_required

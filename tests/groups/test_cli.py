@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 
@@ -121,6 +122,22 @@ def test_quote_ls_show_and_delete(logged_in, spec_files, capsys):
     code, out, _ = run(capsys, "--json", "group", "show", str(group.pk))
     assert json.loads(out)["id"] == str(group.pk)
 
+    # A new endpoint key: the old one stops now, or keeps working for the overlap.
+    code, out, _ = run(capsys, "group", "rotate-key", "inference", "--overlap", "0")
+    assert code == 0 and "the previous key stopped working now" in out
+    new_key = out.split("keep it): ")[1].split()[0]
+    group.refresh_from_db()
+    assert group.endpoint_key_hash == hashlib.sha256(new_key.encode()).hexdigest()
+    assert group.previous_key_hash == ""
+    code, out, _ = run(capsys, "--json", "group", "rotate-key", "inference", "--overlap", "600")
+    rotated = json.loads(out)
+    group.refresh_from_db()
+    assert group.endpoint_key_hash == hashlib.sha256(rotated["endpoint_key"].encode()).hexdigest()
+    assert group.previous_key_hash == hashlib.sha256(new_key.encode()).hexdigest()
+    assert rotated["previous_key_until"] == group.previous_key_until.isoformat()
+    code, _, err = run(capsys, "group", "rotate-key", "inference", "--overlap", "-5")
+    assert code != 0 and "overlap_s" in err
+
     code, out, err = run(capsys, "group", "delete", "inference")
     assert code == 2 and "pass --yes" in err  # no terminal to ask on
     code, out, _ = run(capsys, "group", "delete", "inference", "--yes")
@@ -144,6 +161,13 @@ def test_the_sdk_creates_lists_gets_quotes_and_deletes(logged_in):
     fetched = client.get_group(group.id)
     assert fetched.instance_type == "A10" and fetched.events[0].kind == "applied"
     assert [e.kind for e in fetched.list_events()] == ["applied"]
+    rotated = client.rotate_group_endpoint_key(group.id, overlap_s=60)
+    assert rotated.endpoint_key.startswith("gpg_") and rotated.endpoint_key != group.endpoint_key
+    assert rotated.previous_key_until is not None
+    assert (
+        GroupRow.objects.get(pk=group.id).previous_key_hash
+        == hashlib.sha256(group.endpoint_key.encode()).hexdigest()
+    )
     with pytest.raises(ValidationError) as caught:
         client.apply_group({**SPEC, "min_nodes": 11})
     assert "min_nodes" in caught.value.fields

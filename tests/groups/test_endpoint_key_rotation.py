@@ -86,3 +86,34 @@ def test_the_owner_rotates_over_the_api_and_nobody_else_can(group, alice, bob, c
     assert opens(group, body["endpoint_key"]) and opens(group, OLD_KEY)
     assert body["previous_key_until"] is not None
     assert not opens(group, OLD_KEY, time.time() + 601)
+
+
+def test_the_console_rotates_the_key_and_shows_the_new_one_once(client, alice, bob, group):
+    client.force_login(alice)
+    url = f"/groups/{group.pk}/rotate-key/"
+    page = client.get(f"/groups/{group.pk}/")
+    assert 'action="' + url + '"' in page.text and 'value="86400" selected' in page.text
+    before = timezone.now()
+    page = client.post(url, {"overlap_s": "3600"})
+    assert page.status_code == 200
+    group.refresh_from_db()
+    shown = page.text.split('id="endpoint-key" class="secret">')[1].split("<")[0]
+    assert shown.startswith("gpg_") and digest(shown) == group.endpoint_key_hash
+    assert group.previous_key_hash == digest(OLD_KEY)
+    assert (
+        before + timedelta(hours=1)
+        <= group.previous_key_until
+        <= timezone.now() + timedelta(hours=1)
+    )
+    assert "The previous key keeps working until" in page.text
+    assert shown not in client.get(f"/groups/{group.pk}/").text  # shown once
+
+    refused = client.post(url, {"overlap_s": "not a number"}, follow=True)
+    assert "overlap_s: from 0" in refused.text
+    group.refresh_from_db()
+    assert digest(shown) == group.endpoint_key_hash  # unchanged
+
+    client.force_login(bob)  # someone else's group: not found, nothing rotated
+    assert client.post(url, {"overlap_s": "0"}).status_code == 404
+    group.refresh_from_db()
+    assert digest(shown) == group.endpoint_key_hash

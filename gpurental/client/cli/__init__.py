@@ -31,6 +31,7 @@
     gpurental group apply FILE [--format json|yaml|hcl]   (FILE: .json .yaml .yml .hcl .tf, - stdin)
     gpurental group quote FILE [--format json|yaml|hcl]
     gpurental group ls | group show ID_OR_NAME | group delete ID_OR_NAME [--yes]
+    gpurental group rotate-key ID_OR_NAME [--overlap SECONDS]
 
 Times are ISO 8601 (2026-12-03T10:00Z); without an offset, they are your local time.
 Every command takes --json: machine-readable JSON on stdout and nothing else there.

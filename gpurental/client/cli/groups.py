@@ -1,4 +1,5 @@
-"""Elastic groups: ``gpurental group apply FILE | quote FILE | ls | show ID_OR_NAME | delete ID``.
+"""Elastic groups: ``gpurental group apply FILE | quote FILE | ls | show ID_OR_NAME |
+rotate-key ID_OR_NAME [--overlap SECONDS] | delete ID``.
 
 ``apply`` and ``quote`` read the spec from FILE, its format from the name's ending
 (.json, .yaml/.yml, .hcl/.tf), or from stdin with ``-`` (say ``--format``).
@@ -195,6 +196,28 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_rotate_key(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        group = client.find_group(args.id)
+        rotated = client.rotate_group_endpoint_key(group.id, overlap_s=args.overlap)
+    if args.json:
+        print_json(
+            {
+                "endpoint_key": rotated.endpoint_key,
+                "previous_key_until": rotated.previous_key_until.isoformat()
+                if rotated.previous_key_until
+                else None,
+            }
+        )
+        return OK
+    say(f"group {group.name}: new endpoint key (shown once, keep it): {rotated.endpoint_key}")
+    if rotated.previous_key_until:
+        say(f"  the previous key keeps working until {when(rotated.previous_key_until)}")
+    else:
+        say("  the previous key stopped working now")
+    return OK
+
+
 def add_commands(command: AddCommand) -> None:
     p = command("group", _usage, "elastic groups: apply a spec, quote, list, show, delete")
     sub_command = subcommands(p, "group_command", "SUBCOMMAND")
@@ -213,11 +236,22 @@ def add_commands(command: AddCommand) -> None:
     sub_command("ls", cmd_ls, "list your groups")
     q = sub_command("show", cmd_show, "a group: replicas, load, recent events")
     q.add_argument("id", metavar="ID_OR_NAME")
+    q = sub_command("rotate-key", cmd_rotate_key, "a new endpoint key; the old one for a while")
+    q.add_argument("id", metavar="ID_OR_NAME")
+    q.add_argument(
+        "--overlap",
+        type=int,
+        metavar="SECONDS",
+        help="how long the current key keeps working (default 86400; 0: it stops now)",
+    )
     q = sub_command("delete", cmd_delete, "delete a group: its replicas terminate")
     q.add_argument("id", metavar="ID_OR_NAME")
     q.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
 def _usage(args: argparse.Namespace) -> int:
-    warn("say what to do: gpurental group apply|quote FILE, ls, show ID_OR_NAME, delete ID")
+    warn(
+        "say what to do: gpurental group apply|quote FILE, ls, show ID_OR_NAME, "
+        "rotate-key ID_OR_NAME, delete ID"
+    )
     return USAGE
