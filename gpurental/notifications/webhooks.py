@@ -99,9 +99,34 @@ class Target:
     address: str  # the checked IP the POST connects to
 
 
-def url_check(url: str) -> Target:
+def _resolve(host: str, port: int, timeout: float | None) -> list:
+    """``getaddrinfo`` within ``timeout`` seconds (TimeoutError after): the resolver's own
+    timeouts and retries can add up to half a minute, which a POST's deadline must cover.
+    The lookup runs on a daemon thread that is left to the resolver when the time is up."""
+    if timeout is None:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    answer: dict = {}
+
+    def lookup() -> None:
+        try:
+            answer["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            answer["error"] = exc
+
+    thread = threading.Thread(target=lookup, name="webhook-dns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"{host} did not resolve within {timeout:g} s")
+    if "error" in answer:
+        raise answer["error"]
+    return answer["infos"]
+
+
+def url_check(url: str, *, timeout: float | None = None) -> Target:
     """Refuse what must not be posted to; returns where to connect. Called when an endpoint
-    is saved and again before each POST (a name may resolve elsewhere by then)."""
+    is saved and again before each POST (a name may resolve elsewhere by then), then
+    within ``timeout`` seconds (TimeoutError after)."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https"):
         raise WebhookRefused(
@@ -116,7 +141,7 @@ def url_check(url: str) -> Target:
             _("the URL's port is not a number from 1 to 65535: %(url)r") % {"url": url}
         ) from None
     try:
-        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+        infos = _resolve(parts.hostname, port, timeout)
     except (socket.gaierror, UnicodeError):
         raise WebhookRefused(
             _("the host name %(host)s does not resolve") % {"host": parts.hostname}
@@ -224,7 +249,7 @@ class PostResult:
 
 def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> PostResult:
     """One POST, never following redirects (one could point inside). ``timeout`` is the
-    whole attempt's, from connecting to the last byte read (``_Deadline``)."""
+    whole attempt's, from looking the name up to the last byte read (``_Deadline``)."""
     started = time.monotonic()
 
     def done(code: int | None, error: str = "", excerpt: str = "") -> PostResult:
@@ -233,9 +258,11 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> P
         )
 
     try:
-        target = url_check(url)
+        target = url_check(url, timeout=timeout)  # the name's lookup is within the deadline
     except WebhookRefused as exc:
         return done(None, f"refused: {exc.message}")
+    except TimeoutError:
+        return done(None, _timed_out(timeout))
     deadline = _Deadline(max(timeout - (time.monotonic() - started), 0.001))
     if target.scheme == "https":
         conn = _PinnedHTTPSConnection(

@@ -102,6 +102,35 @@ def test_a_trickling_endpoint_fails_the_delivery_within_its_deadline(
     assert Notification.objects.get(channel="webhook").status == "failed"
 
 
+def test_a_name_that_takes_long_to_resolve_is_within_the_deadline(
+    alice, fire, settings, monkeypatch
+):
+    """A resolver that stalls (its own timeouts and retries can add up to half a minute)
+    is part of the attempt: the delivery fails within its deadline."""
+    from gpurental.notifications.services import endpoint_create
+
+    settings.WEBHOOKS_TIMEOUT_S = DEADLINE_S
+    settings.WEBHOOKS_MAX_ATTEMPTS = 1
+    endpoint_create(user=alice, url="http://localhost:9/hooks")  # resolves at once here
+    real, released = socket.getaddrinfo, threading.Event()
+
+    def stalling(host, *args, **kwargs):
+        if host == "localhost":
+            released.wait(TRICKLE_S)  # a resolver waiting on a server that never answers
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalling)
+    started = time.monotonic()
+    try:
+        fire(notify, alice, "payment_received", amount=Decimal("10"), reference="r1")
+    finally:
+        released.set()
+    elapsed = time.monotonic() - started
+    assert elapsed < DEADLINE_S + SLACK_S, f"the lookup held the worker for {elapsed:.1f} s"
+    attempt = WebhookDelivery.objects.get().attempt_log.get()
+    assert attempt.status_code is None and "timed out" in attempt.error
+
+
 def test_an_attempt_stopped_by_the_time_limit_is_recorded_and_retried(alice, endpoint, monkeypatch):
     def stopped(*args, **kwargs):
         raise SoftTimeLimitExceeded()
