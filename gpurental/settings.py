@@ -192,6 +192,8 @@ SIGNUPS_PER_HOUR = env_int("SIGNUPS_PER_HOUR", 10)  # per client address (3 per 
 SIGNUP_CONFIRM_HOURS = env_int("SIGNUP_CONFIRM_HOURS", 24)
 # Invitations one team may send in any 24 hours (each e-mails an address a member typed).
 TEAM_INVITATIONS_PER_DAY = env_int("TEAM_INVITATIONS_PER_DAY", 20)
+# And one person may send over all the teams they manage (more teams are no way around it).
+PERSON_INVITATIONS_PER_DAY = env_int("PERSON_INVITATIONS_PER_DAY", 30)
 # Websocket streams check their viewer again this often: logged out, deactivated or no
 # longer staff, and the stream closes (4401 / 4403).
 WS_RECHECK_SECONDS = float(os.environ.get("WS_RECHECK_SECONDS", "30"))

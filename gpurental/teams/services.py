@@ -211,6 +211,8 @@ def invite(*, team: Team, actor: User, email: str, role: str, now=None) -> tuple
             _("email: give the e-mail address of the person to invite"), field="email"
         )
     with transaction.atomic():
+        # The inviter's row first (their allowance over all their teams), then the team's.
+        User.objects.select_for_update().filter(pk=actor.pk).first()
         team = _locked(team)
         actor_role = _require(team, actor, roles.MANAGE_MEMBERS)
         _may_grant(actor_role, role)
@@ -233,6 +235,23 @@ def invite(*, team: Team, actor: User, email: str, role: str, now=None) -> tuple
                     "the most allowed (TEAM_INVITATIONS_PER_DAY); try again later"
                 )
                 % {"limit": per_day},
+                field="email",
+            )
+        # And a person's allowance over every team they manage: making more teams is no
+        # way around the team's.
+        per_person = settings.PERSON_INVITATIONS_PER_DAY
+        if (
+            Invitation.objects.filter(
+                invited_by=actor, created_at__gt=now - dt.timedelta(days=1)
+            ).count()
+            >= per_person
+        ):
+            raise TeamRefused(
+                _(
+                    "email: you have sent %(limit)s invitations in the last 24 hours over all "
+                    "your teams, the most allowed (PERSON_INVITATIONS_PER_DAY); try again later"
+                )
+                % {"limit": per_person},
                 field="email",
             )
         raw = secrets.token_urlsafe(32)
