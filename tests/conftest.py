@@ -118,7 +118,9 @@ def own_cache_keys(settings):
 
 # Tests that use these start processes or live servers (tests/stack.py, pytest-django's
 # live_server): they are in the slow tier, which `make test-fast` leaves out.
-SLOW_FIXTURES = frozenset({"control_worker", "agent", "web_server", "live_server", "docker_client"})
+SLOW_FIXTURES = frozenset(
+    {"control_worker", "agent", "web_server", "web_alone", "live_server", "docker_client"}
+)
 
 
 # Under `make test` (pytest -n 2 --dist loadgroup) two groups run one test after another,

@@ -237,9 +237,8 @@ def open_link(gateway_base: str, link: str, path: str = "/api/status") -> int:
     return answer.status_code
 
 
-@pytest.fixture
-def web_server(agent, gateway_port, tmp_path):
-    """The real web process (Daphne: HTTP and websockets) on the test database."""
+def _daphne(tmp_path, **env_extra):
+    """Daphne (HTTP and websockets) on the test database; yields its base URL."""
     import os
     import subprocess
     import sys
@@ -253,11 +252,10 @@ def web_server(agent, gateway_port, tmp_path):
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": django_settings.REDIS_URL,
         "SECURE_COOKIES": "0",  # plain http on 127.0.0.1
-        "GATEWAY_PORT": str(gateway_port),
-        "GATEWAY_SCHEME": "http",
         # Mail to files the tests can read (sign-up confirmations, notices).
         "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
         "EMAIL_FILE_PATH": str(tmp_path / "mail"),
+        **env_extra,
     }
     log = open(tmp_path / "daphne.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(  # noqa: S603
@@ -290,3 +288,16 @@ def web_server(agent, gateway_port, tmp_path):
         proc.terminate()
         proc.wait(20)
         log.close()
+
+
+@pytest.fixture
+def web_server(agent, gateway_port, tmp_path):
+    """The real web process (Daphne: HTTP and websockets) on the test database, beside a
+    control worker and an agent."""
+    yield from _daphne(tmp_path, GATEWAY_PORT=str(gateway_port), GATEWAY_SCHEME="http")
+
+
+@pytest.fixture
+def web_alone(transactional_db, tmp_path):
+    """The web process alone, for pages whose tests make their rows with the services."""
+    yield from _daphne(tmp_path)

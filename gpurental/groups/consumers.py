@@ -64,6 +64,9 @@ class GroupConsumer(WatchedConsumer):
         await self.send_json({"type": "snapshot", **snapshot})
         self.watch()
 
+    def joined_groups(self) -> list[str]:
+        return [self.stream] if self.stream else []
+
     def object_still_allowed(self, user_id) -> int | None:
         user = get_user_model().objects.get(pk=user_id)
         found = group_watchable_by(user=user, group_id=self.group_id)

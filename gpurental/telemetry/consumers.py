@@ -7,7 +7,15 @@ batched message a second) are for staff only.
 
 Close codes: 4401 not logged in, 4403 logged in but not staff (host and fleet
 streams), 4404 no such instance *for this user* or no such host (for an instance,
-the same answer whether it exists or not, so the stream leaks nothing).
+the same answer whether it exists or not, so the stream leaks nothing); 1013 (try
+again later) when the periodic check could not be made (the database or Redis is
+restarting): the page reconnects, and the new stream checks the viewer afresh.
+
+Servers restarting under an open stream. Redis restarting breaks the consumer's
+channel receive, which ends the stream (Daphne closes it) and the page reconnects. A
+Redis that lost its data without dropping the connection (a failover, a flush) forgets
+the groups the stream joined: each periodic check joins them again (which also keeps a
+stream open for days from reaching the layer's group expiry).
 
 How samples reach viewers. Each agent publishes one message per host per second to
 the group ``telemetry.host.<name>`` (``gpurental.agent.sampler``). An instance
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 
 from channels.db import database_sync_to_async
@@ -55,7 +64,10 @@ from gpurental.telemetry.selectors import recent_samples, telemetry_scope
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_TRY_AGAIN = 1013  # the check could not be made: the page reconnects
 SNAPSHOT_EVENTS = 200
+
+logger = logging.getLogger(__name__)
 
 
 def _viewer_still_allowed(user_id, session_key: str | None, needs_staff: bool) -> int | None:
@@ -99,14 +111,31 @@ class WatchedConsumer(CountedWebsocket, AsyncJsonWebsocketConsumer):
     async def _recheck(self, user_id, session_key) -> None:
         while True:
             await asyncio.sleep(settings.WS_RECHECK_SECONDS)
-            code = await database_sync_to_async(_viewer_still_allowed)(
-                user_id, session_key, self.needs_staff
-            )
-            if code is None:
-                code = await database_sync_to_async(self.object_still_allowed)(user_id)
+            try:
+                code = await database_sync_to_async(_viewer_still_allowed)(
+                    user_id, session_key, self.needs_staff
+                )
+                if code is None:
+                    code = await database_sync_to_async(self.object_still_allowed)(user_id)
+                if code is None:
+                    for group in self.joined_groups():  # a Redis that lost them
+                        await self.channel_layer.group_add(group, self.channel_name)
+                        if group not in self.joined_groups():  # left it meanwhile
+                            await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # noqa: BLE001 - whatever failed, the stream is not left unchecked
+                logger.warning(
+                    "stream %s: the periodic check failed; closing it",
+                    self.metrics_stream,
+                    exc_info=True,
+                )
+                code = CLOSE_TRY_AGAIN
             if code is not None:
                 await self.close(code=code)
                 return
+
+    def joined_groups(self) -> list[str]:
+        """The channel-layer groups the stream is in (joined again at each check)."""
+        return []
 
     def object_still_allowed(self, user_id) -> int | None:
         """None while the viewer may still see the streamed object (a team member removed
@@ -135,6 +164,9 @@ class InstanceConsumer(WatchedConsumer):
 
     group: str | None = None
     telemetry_group: str | None = None
+
+    def joined_groups(self) -> list[str]:
+        return [g for g in (self.group, self.telemetry_group) if g]
 
     async def connect(self):
         user = self.scope.get("user")
@@ -263,6 +295,9 @@ class HostConsumer(WatchedConsumer):
 
     group: str | None = None
     needs_staff = True
+
+    def joined_groups(self) -> list[str]:
+        return [self.group] if self.group else []
 
     async def connect(self):
         if not await _staff_only(self):
