@@ -23,10 +23,12 @@ import base64
 import hashlib
 import hmac
 import logging
+from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import lru_cache
 
+import kombu.exceptions
 from celery import Task
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -113,12 +115,34 @@ def command(host: Host, **payload) -> dict:
     return protocol.sign(keys_of(host.keys_sealed).sign, {"host": host.name, **payload})
 
 
-def send(host: Host, task: str, *, expires: float | None = None, **payload) -> None:
+def send(
+    host: Host,
+    task: str,
+    *,
+    expires: float | None = None,
+    on_unsent: Callable[[str], None] | None = None,
+    **payload,
+) -> None:
     """Sign and send a command to the host's queue, once the transaction commits (an agent
-    must never act on a row that may yet roll back)."""
+    must never act on a row that may yet roll back).
+
+    A broker that cannot take the message (down, restarting) does not turn the committed
+    request into an error: the failure is logged and ``on_unsent`` is called with what
+    went wrong (a start fails its launch at once, rather than after LAUNCH_TIMEOUT).
+    Without one, reconciliation settles the command's row (a stop or removal the host
+    never confirmed times out; a container it still lists is stopped then)."""
     message = command(host, **payload)
-    queue = host.queue
-    transaction.on_commit(lambda: app.send_task(task, kwargs=message, queue=queue, expires=expires))
+    queue, name = host.queue, host.name
+
+    def publish() -> None:
+        try:
+            app.send_task(task, kwargs=message, queue=queue, expires=expires)
+        except (kombu.exceptions.OperationalError, OSError) as exc:
+            log.warning("%s for host %s was not sent: %s", task, name, exc)
+            if on_unsent is not None:
+                on_unsent(f"{type(exc).__name__}: {exc}")
+
+    transaction.on_commit(publish)
 
 
 def seal_secrets(host: Host, secrets: dict) -> str:

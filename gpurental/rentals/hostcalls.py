@@ -16,8 +16,20 @@ from gpurental.rentals.selectors import instance_gpus
 def _send_spec(instance: Instance, task: str) -> None:
     # A start that waited longer than the launch timeout is stale: reconciliation has
     # failed that launch by then, so the agent must not act on it.
+    instance_id, host_name = str(instance.id), instance.host.name
+
+    def unsent(error: str) -> None:
+        # No agent will hear of this launch: fail it now, not after LAUNCH_TIMEOUT.
+        from gpurental.rentals.services.lifecycle import instance_fail_unsent
+
+        instance_fail_unsent(instance_id=instance_id, host_name=host_name, error=error)
+
     hostlink.send(
-        instance.host, task, expires=settings.LAUNCH_TIMEOUT, spec=container_spec(instance)
+        instance.host,
+        task,
+        expires=settings.LAUNCH_TIMEOUT,
+        on_unsent=unsent,
+        spec=container_spec(instance),
     )
 
 

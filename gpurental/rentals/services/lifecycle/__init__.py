@@ -39,6 +39,7 @@ from gpurental.rentals.services.lifecycle.customer import (
 )
 from gpurental.rentals.services.lifecycle.hosts import (
     instance_fail_launch_timeout,
+    instance_fail_unsent,
     instance_host_back,
     instance_mark_lost,
     instance_mark_unreachable,
@@ -62,6 +63,7 @@ __all__ = [
     "check_idle_minutes",
     "host_alive",
     "instance_fail_launch_timeout",
+    "instance_fail_unsent",
     "instance_host_back",
     "instance_launch",
     "instance_launch_leased",

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 
 from gpurental.billing.services import metering
 from gpurental.rentals import hostcalls
@@ -154,6 +155,24 @@ def instance_fail_launch_timeout(*, instance_id, timeout_s: int, now: datetime) 
                 instance,
                 reason=f"the launch did not finish within {timeout_s} s (the host agent may "
                 "have restarted); try again",
+                now=now,
+            )
+
+
+def instance_fail_unsent(
+    *, instance_id, host_name: str, error: str, now: datetime | None = None
+) -> None:
+    """A start or restart whose command never left: the message broker did not take it.
+    The launch fails now (its GPUs are free again, nothing is charged) instead of waiting
+    LAUNCH_TIMEOUT for an agent that will never hear of it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        instance = _lock(instance_id)
+        if instance.status in LAUNCHING:
+            launch_fail(
+                instance,
+                reason=f"the start command could not be sent to host {host_name}: the "
+                f"message broker is unreachable ({error[:120]}); try again",
                 now=now,
             )
 
