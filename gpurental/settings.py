@@ -65,12 +65,17 @@ def database_from_url(url: str) -> dict:
 
 
 def celery_url(redis_url: str) -> str:
-    # Celery (kombu) spells a unix-socket Redis as redis+socket://
-    return (
-        "redis+socket://" + redis_url[len("unix://") :]
-        if redis_url.startswith("unix://")
-        else redis_url
-    )
+    """The broker URL of a Redis URL. Celery (kombu) spells a unix-socket Redis as
+    redis+socket://, and reads its database from ``virtual_host``: a ``db=N`` there would
+    be ignored (database 0), so the broker's queues would not be in the database meant."""
+    if not redis_url.startswith("unix://"):
+        return redis_url
+    path, _, query = redis_url[len("unix://") :].partition("?")
+    params = parse_qs(query)
+    db = params.pop("db", [""])[0]
+    rest = "&".join(f"{key}={value}" for key, values in params.items() for value in values)
+    query = "&".join(part for part in (f"virtual_host={db}" if db else "", rest) if part)
+    return f"redis+socket://{path}" + (f"?{query}" if query else "")
 
 
 def redis_server(url: str) -> str | None:

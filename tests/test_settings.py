@@ -93,7 +93,36 @@ def test_database_url_with_tcp_host_and_password():
 
 def test_unix_socket_redis_url_becomes_kombu_socket_url():
     assert celery_url("unix:///var/redis.sock") == "redis+socket:///var/redis.sock"
+    assert (
+        celery_url("unix:///var/redis.sock?db=3") == "redis+socket:///var/redis.sock?virtual_host=3"
+    )
     assert celery_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+def test_a_unix_socket_broker_uses_the_redis_database_it_names():
+    """Two brokers on one Redis in different databases (the tests' xdist workers, or a
+    broker beside the cache) must not share queues."""
+    import os
+    import uuid
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    import redis
+    from kombu import Connection
+
+    parts = urlsplit(os.environ["REDIS_URL"])
+    if parts.scheme != "unix":
+        pytest.skip("REDIS_URL is not a unix socket")
+    query = dict(parse_qsl(parts.query)) | {"db": "9"}
+    url = f"unix://{parts.path}?{urlencode(query)}"
+    queue = f"probe-{uuid.uuid4().hex}"
+    with Connection(celery_url(url)) as conn:
+        conn.SimpleQueue(queue).put({"hello": 1})
+    nine, zero = redis.Redis.from_url(url), redis.Redis.from_url(url.replace("db=9", "db=0"))
+    try:
+        assert nine.llen(queue) == 1 and zero.llen(queue) == 0
+    finally:
+        nine.delete(queue)
+        zero.delete(queue)
 
 
 PRODUCTION = {  # the production environment the README documents ("Deploying")
