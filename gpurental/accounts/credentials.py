@@ -5,8 +5,10 @@ it. Whoever knew the old password may have opened sessions and made credentials 
 own; after this, none of them opens anything:
 
 - API keys: all of the person's keys are revoked, except those the person chose to keep
-  (``keep_key_ids``: the password change form and "log out everywhere" list them, none
-  kept by default; a password reset keeps none).
+  (``keep_key_ids``: the password change and reset forms and "log out everywhere" list
+  them, none kept by default).
+- SSH public keys: the same, with ``keep_ssh_key_ids`` (whoever knew the password may
+  have added a key of their own, and would otherwise keep SSH access to every instance).
 - The credentials generation (``User.credentials_generation``) goes up by one. Django's
   console sessions carry a hash of it (``User._get_session_auth_hash``), the gateway's
   cookies and one-time tickets carry it too (``gateway.tickets``): every session from an
@@ -35,7 +37,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.languages import chosen_language
-from gpurental.accounts.models import ApiKey, User
+from gpurental.accounts.models import ApiKey, SSHKey, User
 from gpurental.accounts.services import ApiKeyRefused, audit_record
 
 # Sent inside the revocation's transaction with ``user``, ``reason`` and ``now``. A
@@ -62,6 +64,8 @@ class Revoked:
     generation: int
     revoked_keys: list[ApiKey] = field(default_factory=list)
     kept_keys: list[ApiKey] = field(default_factory=list)
+    removed_ssh_keys: list[SSHKey] = field(default_factory=list)
+    kept_ssh_keys: list[SSHKey] = field(default_factory=list)
     also: list[str] = field(default_factory=list)  # what the other apps did (receivers)
 
 
@@ -70,11 +74,12 @@ def account_credentials_revoke(
     user: User,
     reason: Reason | str,
     keep_key_ids=(),
+    keep_ssh_key_ids=(),
     ip_address: str | None = None,
     now: datetime | None = None,
 ) -> Revoked:
-    """End every session of ``user`` but the API keys in ``keep_key_ids`` (see the module
-    docstring). ``user`` is updated in place with its new generation, so that the caller
+    """End every session of ``user`` but the API keys in ``keep_key_ids`` and the SSH keys
+    in ``keep_ssh_key_ids`` (see the module docstring). ``user`` is updated in place with its new generation, so that the caller
     can keep its own console session (``update_session_auth_hash``) when it should."""
     reason = Reason(reason)  # ValueError for anything else
     now = now or timezone.now()
@@ -90,6 +95,17 @@ def account_credentials_revoke(
                 % {"ids": ", ".join(unknown)},
                 field="keep_api_keys",
             )
+        ssh_keys = list(SSHKey.objects.filter(user=user).order_by("name", "created_at"))
+        keep_ssh = {str(pk) for pk in keep_ssh_key_ids or ()}
+        unknown = sorted(keep_ssh - {str(key.pk) for key in ssh_keys})
+        if unknown:
+            raise ApiKeyRefused(
+                _("keep_ssh_keys: %(ids)s is not one of your SSH keys")
+                % {"ids": ", ".join(unknown)},
+                field="keep_ssh_keys",
+            )
+        removed_ssh = [key for key in ssh_keys if str(key.pk) not in keep_ssh]
+        SSHKey.objects.filter(pk__in=[key.pk for key in removed_ssh]).delete()
         revoked = [key for key in active if str(key.pk) not in keep]
         ApiKey.objects.filter(pk__in=[key.pk for key in revoked]).update(revoked_at=now)
         for key in revoked:
@@ -107,6 +123,8 @@ def account_credentials_revoke(
             generation=user.credentials_generation,
             revoked_keys=revoked,
             kept_keys=[key for key in active if str(key.pk) in keep],
+            removed_ssh_keys=removed_ssh,
+            kept_ssh_keys=[key for key in ssh_keys if str(key.pk) in keep_ssh],
         )
         for _receiver, lines in credentials_revoked.send(
             sender=User, user=user, reason=reason, now=now
@@ -121,6 +139,8 @@ def account_credentials_revoke(
                 "generation": done.generation,
                 "api_keys_revoked": [key.prefix for key in revoked],
                 "api_keys_kept": [key.prefix for key in done.kept_keys],
+                "ssh_keys_removed": [key.fingerprint for key in removed_ssh],
+                "ssh_keys_kept": [key.fingerprint for key in done.kept_ssh_keys],
                 "also": done.also,
             },
             ip_address=ip_address,
@@ -131,6 +151,10 @@ def account_credentials_revoke(
 
 def _key_line(key: ApiKey) -> str:
     return f"  - {key.name} ({key.prefix}…)"
+
+
+def _ssh_key_line(key: SSHKey) -> str:
+    return f"  - {key.name} ({key.fingerprint})"
 
 
 def _tell_owner(user: User, done: Revoked) -> None:
@@ -160,6 +184,18 @@ def _tell_owner(user: User, done: Revoked) -> None:
         if done.kept_keys:
             parts.append(
                 "\n".join([_("API keys kept, as you chose:"), *map(_key_line, done.kept_keys)])
+            )
+        if done.removed_ssh_keys:
+            parts.append(
+                "\n".join(
+                    [_("SSH keys removed:"), *(_ssh_key_line(k) for k in done.removed_ssh_keys)]
+                )
+            )
+        if done.kept_ssh_keys:
+            parts.append(
+                "\n".join(
+                    [_("SSH keys kept, as you chose:"), *map(_ssh_key_line, done.kept_ssh_keys)]
+                )
             )
         parts.extend(done.also)
         parts.append(

@@ -1,6 +1,7 @@
 """The console's password change, password reset and "log out everywhere": each ends every
 other session of the person (``accounts.credentials.account_credentials_revoke``). Each
-lists the person's API keys with a "keep" box each, none ticked: a key stays valid only if
+lists the person's API keys and SSH keys with a "keep" box each, none ticked: a key stays
+valid only if
 its owner says so (on a reset, whoever holds the mailbox: the one who can choose a new
 password anyway)."""
 
@@ -18,12 +19,13 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.credentials import Reason, account_credentials_revoke
-from gpurental.accounts.models import ApiKey
+from gpurental.accounts.models import ApiKey, SSHKey
 from gpurental.addresses import client_ip
 
 
 class KeepKeysMixin:
-    """A "keep these API keys" field listing ``user``'s active keys, none ticked."""
+    """ "Keep these API keys" and "keep these SSH keys" fields listing ``user``'s active
+    keys, none ticked."""
 
     def _keep_field(self, user) -> None:
         keys = ApiKey.objects.filter(user=user, revoked_at__isnull=True).order_by("name")
@@ -34,6 +36,21 @@ class KeepKeysMixin:
             help_text=gettext_lazy("Every other key is revoked."),
             choices=[(str(key.pk), f"{key.name} (gpr_{key.prefix}_…)") for key in keys],
         )
+        ssh_keys = SSHKey.objects.filter(user=user).order_by("name", "created_at")
+        self.fields["keep_ssh_keys"] = forms.MultipleChoiceField(
+            required=False,
+            widget=forms.CheckboxSelectMultiple,
+            label=gettext_lazy("SSH keys that keep working"),
+            help_text=gettext_lazy("Every other SSH key is removed from your account."),
+            choices=[(str(key.pk), f"{key.name} ({key.fingerprint})") for key in ssh_keys],
+        )
+
+    def kept(self) -> dict:
+        """The revocation's keep arguments, from the cleaned form."""
+        return {
+            "keep_key_ids": self.cleaned_data["keep_api_keys"],
+            "keep_ssh_key_ids": self.cleaned_data["keep_ssh_keys"],
+        }
 
 
 class PasswordChangeKeepKeysForm(KeepKeysMixin, PasswordChangeForm):
@@ -65,7 +82,7 @@ class PasswordChange(auth_views.PasswordChangeView):
         account_credentials_revoke(
             user=user,
             reason=Reason.PASSWORD_CHANGE,
-            keep_key_ids=form.cleaned_data["keep_api_keys"],
+            **form.kept(),
             ip_address=client_ip(self.request),
         )
         # After the revocation, with the user's new generation: this session alone lives on.
@@ -85,7 +102,7 @@ class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
         account_credentials_revoke(
             user=form.user,
             reason=Reason.PASSWORD_RESET,
-            keep_key_ids=form.cleaned_data["keep_api_keys"],
+            **form.kept(),
             ip_address=client_ip(self.request),
         )
         return response
@@ -98,7 +115,7 @@ def logout_everywhere(request):
         account_credentials_revoke(
             user=request.user,
             reason=Reason.LOGOUT_EVERYWHERE,
-            keep_key_ids=form.cleaned_data["keep_api_keys"],
+            **form.kept(),
             ip_address=client_ip(request),
         )
         logout(request)

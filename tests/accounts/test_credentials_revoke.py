@@ -13,13 +13,26 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from gpurental.accounts.credentials import Reason, account_credentials_revoke
-from gpurental.accounts.models import ApiKey, AuditEvent, User
-from gpurental.accounts.services import ApiKeyRefused, api_key_create
+from gpurental.accounts.models import ApiKey, AuditEvent, SSHKey, User
+from gpurental.accounts.services import ApiKeyRefused, api_key_create, ssh_key_add
 from gpurental.notifications.models import WebhookEndpoint
 from tests.api.conftest import assert_error, client_for  # noqa: F401 - a fixture
+from tests.gateway.test_ssh_keys import public_line
 
 PASSWORD = "the-old-pass-phrase-1"
 NEW_PASSWORD = "a-brand-new-pass-phrase-2"
+
+
+@pytest.fixture
+def ssh_keys(alice):
+    return {
+        name: ssh_key_add(user=alice, public_key=public_line(comment=name), name=name)
+        for name in ("work", "home")
+    }
+
+
+def ssh_names(user) -> set[str]:
+    return set(SSHKey.objects.filter(user=user).values_list("name", flat=True))
 
 
 @pytest.fixture
@@ -208,3 +221,67 @@ def test_webhook_endpoints_are_turned_off_until_their_owner_turns_them_on(
     assert alices.secret == "whsec_x"  # the owner's receivers need no change once it is back
     assert any(alices.url in line for line in done.also)
     assert alices.url in mailoutbox[0].body
+
+
+def test_ssh_keys_not_kept_are_removed_so_an_intruder_s_key_stops_opening_instances(
+    alice, bob, ssh_keys, mailoutbox, django_capture_on_commit_callbacks
+):
+    bobs = ssh_key_add(user=bob, public_key=public_line(comment="bob"), name="bob's")
+    kept = ssh_keys["home"]
+    with django_capture_on_commit_callbacks(execute=True):
+        done = account_credentials_revoke(
+            user=alice, reason=Reason.PASSWORD_CHANGE, keep_ssh_key_ids=[kept.pk]
+        )
+    assert ssh_names(alice) == {"home"}
+    assert [k.name for k in done.removed_ssh_keys] == ["work"]
+    assert SSHKey.objects.filter(pk=bobs.pk).exists()  # nobody else's
+    row = AuditEvent.objects.get(action="auth.credentials_revoked", object_id=str(alice.pk))
+    assert row.changes["ssh_keys_removed"] == [ssh_keys["work"].fingerprint]
+    assert row.changes["ssh_keys_kept"] == [kept.fingerprint]
+    (mail,) = mailoutbox
+    removed, kept_part = mail.body.split("SSH keys kept, as you chose:")
+    assert ssh_keys["work"].fingerprint in removed.split("SSH keys removed:")[1]
+    assert kept.fingerprint in kept_part
+
+    with pytest.raises(ApiKeyRefused) as refused:  # someone else's key: nothing changes
+        account_credentials_revoke(
+            user=alice, reason=Reason.LOGOUT_EVERYWHERE, keep_ssh_key_ids=[bobs.pk]
+        )
+    assert refused.value.field == "keep_ssh_keys"
+    assert ssh_names(alice) == {"home"}
+
+
+def test_the_reset_form_lists_ssh_keys_to_keep_and_the_api_says_what_it_removed(
+    client, client_for, alice, ssh_keys, django_capture_on_commit_callbacks
+):
+    uid = urlsafe_base64_encode(force_bytes(alice.pk))
+    token = default_token_generator.make_token(alice)
+    form_url = client.get(f"/password/reset/{uid}/{token}/", follow=True).redirect_chain[-1][0]
+    page = client.get(form_url)
+    assert 'name="keep_ssh_keys"' in page.text and ssh_keys["work"].fingerprint in page.text
+    with django_capture_on_commit_callbacks(execute=True):
+        done = client.post(
+            form_url,
+            {
+                "new_password1": NEW_PASSWORD,
+                "new_password2": NEW_PASSWORD,
+                "keep_ssh_keys": [str(ssh_keys["work"].pk)],
+            },
+        )
+    assert done.status_code == 302
+    assert ssh_names(alice) == {"work"}
+
+    caller = client_for(alice)
+    refused = caller.post(
+        "/api/v1/me/log-out-everywhere/",
+        {"keep_ssh_keys": ["00000000-0000-4000-8000-000000000000"]},
+        format="json",
+    )
+    assert_error(refused, 400, "invalid", field="keep_ssh_keys")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = caller.post("/api/v1/me/log-out-everywhere/", {}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert [k["fingerprint"] for k in answer.json()["ssh_keys_removed"]] == [
+        ssh_keys["work"].fingerprint
+    ]
+    assert answer.json()["ssh_keys_kept"] == [] and ssh_names(alice) == set()

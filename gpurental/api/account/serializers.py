@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from gpurental.accounts.models import ApiKey, ApiKeyScope
 from gpurental.api.fields import CurrencyField, money_field
+from gpurental.api.sshkeys.serializers import SSHKeySerializer
 
 
 class ApiKeySerializer(serializers.ModelSerializer):
@@ -112,12 +113,20 @@ class LogoutEverywhereSerializer(serializers.Serializer):
         help_text="Ids of your active API keys that stay valid; every other key is revoked "
         "(default: none kept, the key making this request included)",
     )
+    keep_ssh_keys = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        default=list,
+        help_text="Ids of your SSH keys that stay; every other one is removed (default: none kept)",
+    )
 
 
 class LoggedOutEverywhereSerializer(serializers.Serializer):
     at = serializers.DateTimeField(read_only=True)
     api_keys_revoked = ApiKeySerializer(many=True, read_only=True)
     api_keys_kept = ApiKeySerializer(many=True, read_only=True)
+    ssh_keys_removed = SSHKeySerializer(many=True, read_only=True)
+    ssh_keys_kept = SSHKeySerializer(many=True, read_only=True)
     also = serializers.ListField(
         child=serializers.CharField(),
         read_only=True,

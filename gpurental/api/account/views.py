@@ -160,8 +160,8 @@ class MeView(GenericAPIView):
 
 @extend_schema(tags=["account"])
 class LogoutEverywhereView(GenericAPIView):
-    """End every session of yours: console logins, JupyterLab and SSH sessions, and every
-    API key but those you keep; your webhook endpoints are turned off until you turn them
+    """End every session of yours: console logins, JupyterLab and SSH sessions, every API
+    key and every SSH key but those you keep; your webhook endpoints are turned off until you turn them
     on again. You get an e-mail saying what was ended."""
 
     scope_area = "account"
@@ -170,7 +170,7 @@ class LogoutEverywhereView(GenericAPIView):
     pagination_class = None
 
     @extend_schema(
-        summary="Log out everywhere (revoke every API key but those kept)",
+        summary="Log out everywhere (revoke every API key and SSH key but those kept)",
         request=s.LogoutEverywhereSerializer,
         responses={200: s.LoggedOutEverywhereSerializer},
     )
@@ -182,6 +182,7 @@ class LogoutEverywhereView(GenericAPIView):
                 user=request.user,
                 reason=Reason.LOGOUT_EVERYWHERE,
                 keep_key_ids=form.validated_data["keep_api_keys"],
+                keep_ssh_key_ids=form.validated_data["keep_ssh_keys"],
                 ip_address=client_ip(request),
             )
         except ApiKeyRefused as exc:
@@ -190,6 +191,8 @@ class LogoutEverywhereView(GenericAPIView):
             "at": done.at,
             "api_keys_revoked": done.revoked_keys,
             "api_keys_kept": done.kept_keys,
+            "ssh_keys_removed": done.removed_ssh_keys,
+            "ssh_keys_kept": done.kept_ssh_keys,
             "also": done.also,
         }
         return Response(s.LoggedOutEverywhereSerializer(body).data)
