@@ -467,6 +467,9 @@ GATEWAY_SESSION_TTL_S = int(os.environ.get("GATEWAY_SESSION_TTL_S", str(12 * 360
 # each gateway process; past either the gateway answers 429 (gpurental/gateway/limits.py).
 GATEWAY_MAX_CONNECTIONS_PER_USER = env_int("GATEWAY_MAX_CONNECTIONS_PER_USER", 200)
 GATEWAY_MAX_CONNECTIONS_PER_INSTANCE = env_int("GATEWAY_MAX_CONNECTIONS_PER_INSTANCE", 100)
+# The SSH gateway's own caps on logged-in connections (each may carry many channels).
+SSH_GATEWAY_MAX_CONNECTIONS_PER_USER = env_int("SSH_GATEWAY_MAX_CONNECTIONS_PER_USER", 50)
+SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE = env_int("SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE", 20)
 # SSH gateway: where customers connect (`ssh <instance id>@SSH_GATEWAY_HOST -p SSH_GATEWAY_PORT`),
 # its host key and the client key it logs in to instances with (both made on first use).
 SSH_GATEWAY_HOST = os.environ.get("SSH_GATEWAY_HOST", "127.0.0.1")

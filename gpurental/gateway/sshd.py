@@ -18,6 +18,10 @@
   ``accounts.services.account_credentials_revoke``): a connection whose key ``ssh_login``
   now refuses (a member removed or demoted below member, the instance stopped), or whose
   key holder's credentials generation has moved on since it logged in, is closed.
+- One person may hold at most SSH_GATEWAY_MAX_CONNECTIONS_PER_USER logged-in connections
+  through this gateway process at once, and one instance at most
+  SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE; past either, the new one is disconnected with a
+  message naming the cap (as the HTTP gateway's ``limits``).
 """
 
 from __future__ import annotations
@@ -225,6 +229,28 @@ class _DownstreamSession(asyncssh.SSHServerSession):
 # --- connections -------------------------------------------------------------------------
 
 
+def _over_a_cap(target) -> str:
+    """Why a new login of ``target`` would be one too many ("" when it is not)."""
+    from django.conf import settings
+
+    per_instance = settings.SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE
+    if len(_open.get(target.instance_id, ())) >= per_instance:
+        return (
+            f"too many SSH connections to this instance: at most {per_instance} at once "
+            "(SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE); close some and try again"
+        )
+    per_user = settings.SSH_GATEWAY_MAX_CONNECTIONS_PER_USER
+    held = sum(
+        1 for servers in _open.values() for s in servers if s._target.holder_id == target.holder_id
+    )
+    if held >= per_user:
+        return (
+            f"too many SSH connections of yours: at most {per_user} at once per person "
+            "(SSH_GATEWAY_MAX_CONNECTIONS_PER_USER); close some and try again"
+        )
+    return ""
+
+
 class GatewayServer(asyncssh.SSHServer):
     """One customer connection: authentication, then channels relayed to one upstream."""
 
@@ -238,6 +264,7 @@ class GatewayServer(asyncssh.SSHServer):
         self._tried: dict[tuple[str, str], asyncio.Future] = {}  # (user name, key) → lookup
         self._line = ""  # the key it logged in with
         self.instance_id = ""
+        self._capped = False  # refused past a cap after its key was accepted (logged then)
 
     def connection_made(self, conn):
         self._conn = conn
@@ -245,7 +272,9 @@ class GatewayServer(asyncssh.SSHServer):
         self._peer = f"{peer[0]}:{peer[1]}"
 
     def connection_lost(self, exc):
-        if self._target is None:
+        if self._capped:
+            pass
+        elif self._target is None:
             log.info(
                 "ssh refused: user %r from %s (no key of the owner of a running instance)",
                 self._username[:64],
@@ -304,6 +333,13 @@ class GatewayServer(asyncssh.SSHServer):
 
     def auth_completed(self):
         target = self._target
+        refusal = _over_a_cap(target)
+        if refusal:
+            log.info("ssh refused: %s by %s from %s: %s", target.instance_id,
+                     target.user_email, self._peer, refusal)  # fmt: skip
+            self._target, self._capped = None, True  # nothing was opened: nothing to give back
+            self._conn.disconnect(asyncssh.DISC_TOO_MANY_CONNECTIONS, refusal)
+            return
         self.instance_id = target.instance_id
         log.info(
             "ssh login: %s by %s with %s from %s",

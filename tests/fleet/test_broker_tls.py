@@ -1,6 +1,7 @@
 """amqps:// for real: a throwaway RabbitMQ node with a TLS listener, on a certificate of a
-test CA made here; the control plane's Celery and the agent's reach it only when they
-check that CA and the broker's name (issue 29)."""
+test CA made here, that also asks every client for a certificate of that CA; the control
+plane's Celery and the agent's reach it only when they check that CA and the broker's
+name, and show a client certificate it trusts (issue 29)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def tls_broker(tmp_path_factory):
         _certificate("localhost", server_key, ca, ca_key).public_bytes(serialization.Encoding.PEM)
     )
     (base / "server.key").write_bytes(_pem_key(server_key))
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    (base / "client.pem").write_bytes(
+        _certificate("tls-node", client_key, ca, ca_key).public_bytes(serialization.Encoding.PEM)
+    )
+    (base / "client.key").write_bytes(_pem_key(client_key))
+    other_ca, other_key, _ = _write_ca(base, "clients-of-another-ca")
+    stranger_key = ec.generate_private_key(ec.SECP256R1())
+    (base / "stranger.pem").write_bytes(
+        _certificate("stranger", stranger_key, other_ca, other_key).public_bytes(
+            serialization.Encoding.PEM
+        )
+    )
+    (base / "stranger.key").write_bytes(_pem_key(stranger_key))
     node = rabbitmq.RabbitNode(base / "node")
     tls_port = _free_port()
     with (node.base / "rabbitmq.conf").open("a") as conf:
@@ -92,8 +106,8 @@ def tls_broker(tmp_path_factory):
             f"ssl_options.cacertfile = {ca_path}\n"
             f"ssl_options.certfile = {base / 'server.pem'}\n"
             f"ssl_options.keyfile = {base / 'server.key'}\n"
-            "ssl_options.verify = verify_none\n"
-            "ssl_options.fail_if_no_peer_cert = false\n"
+            "ssl_options.verify = verify_peer\n"
+            "ssl_options.fail_if_no_peer_cert = true\n"
         )
     node.start()
     try:
@@ -102,6 +116,11 @@ def tls_broker(tmp_path_factory):
             "url": f"amqps://guest:guest@localhost:{tls_port}//",
             "ca": str(ca_path),
             "other_ca": str(other_ca_path),
+            "client": {"cert_file": str(base / "client.pem"), "key_file": str(base / "client.key")},
+            "stranger": {
+                "cert_file": str(base / "stranger.pem"),
+                "key_file": str(base / "stranger.key"),
+            },
         }
     finally:
         node.stop()
@@ -122,15 +141,30 @@ def _round_trip(url: str, use_ssl: dict) -> str:
 
 
 def test_the_control_plane_reaches_an_amqps_broker_checking_its_ca(tls_broker):
-    assert _round_trip(tls_broker["url"], protocol.broker_ssl(ca_file=tls_broker["ca"])) == (
-        "over TLS"
-    )
+    use_ssl = protocol.broker_ssl(ca_file=tls_broker["ca"], **tls_broker["client"])
+    assert _round_trip(tls_broker["url"], use_ssl) == "over TLS"
+
+
+def test_without_a_client_certificate_the_broker_trusts_the_connection_is_refused(tls_broker):
+    """The client-certificate path: RabbitMQ asks for one (verify_peer,
+    fail_if_no_peer_cert); none, or one of another CA, and the handshake fails."""
+    for client in ({}, tls_broker["stranger"]):
+        use_ssl = protocol.broker_ssl(ca_file=tls_broker["ca"], **client)
+        with pytest.raises(Exception) as refused:  # noqa: PT011 - the TLS alert's wording varies
+            _round_trip(tls_broker["url"], use_ssl)
+        assert "over TLS" not in str(refused.value)
 
 
 def test_a_broker_certificate_of_another_ca_or_name_is_refused(tls_broker):
     with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
-        _round_trip(tls_broker["url"], protocol.broker_ssl(ca_file=tls_broker["other_ca"]))
-    another_name = {**protocol.broker_ssl(ca_file=tls_broker["ca"]), "server_hostname": "evil"}
+        _round_trip(
+            tls_broker["url"],
+            protocol.broker_ssl(ca_file=tls_broker["other_ca"], **tls_broker["client"]),
+        )
+    another_name = {
+        **protocol.broker_ssl(ca_file=tls_broker["ca"], **tls_broker["client"]),
+        "server_hostname": "evil",
+    }
     with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         _round_trip(tls_broker["url"], another_name)
 
@@ -140,6 +174,8 @@ def test_the_agent_connects_over_amqps_with_its_ca_file(tls_broker, tmp_path):
         {
             "GPURENTAL_BROKER_URL": tls_broker["url"],
             "GPURENTAL_BROKER_CA_FILE": tls_broker["ca"],
+            "GPURENTAL_BROKER_CERT_FILE": tls_broker["client"]["cert_file"],
+            "GPURENTAL_BROKER_KEY_FILE": tls_broker["client"]["key_file"],
             "GPURENTAL_HOST_NAME": "tls-node",
             "GPURENTAL_HOST_TOKEN": "t",
             "GPURENTAL_AGENT_DIR": str(tmp_path),

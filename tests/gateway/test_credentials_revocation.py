@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 
 import aiohttp
+import asyncssh
 import pytest
 
 from gpurental.accounts.credentials import Reason, account_credentials_revoke
@@ -42,12 +43,14 @@ def test_the_route_admits_only_sessions_of_the_persons_current_generation(alice_
 
 def test_ssh_login_names_the_key_holders_generation(alice_running, alice):
     line = public_line()
-    ssh_key_add(user=alice, public_key=line)
+    key = ssh_key_add(user=alice, public_key=line)
     before = ssh_login(instance_id=str(alice_running.pk), public_key_line=bare(line))
-    account_credentials_revoke(user=alice, reason=Reason.PASSWORD_CHANGE)
+    account_credentials_revoke(user=alice, reason=Reason.PASSWORD_CHANGE, keep_ssh_key_ids=[key.pk])
     after = ssh_login(instance_id=str(alice_running.pk), public_key_line=bare(line))
     assert (before.holder_id, before.generation) == (alice.pk, 0)
-    assert (after.holder_id, after.generation) == (alice.pk, 1)
+    assert (after.holder_id, after.generation) == (alice.pk, 1)  # a kept key, a new generation
+    account_credentials_revoke(user=alice, reason=Reason.LOGOUT_EVERYWHERE)  # not kept now
+    assert ssh_login(instance_id=str(alice_running.pk), public_key_line=bare(line)) is None
 
 
 @pytest.mark.backend
@@ -68,9 +71,13 @@ def test_a_revocation_wakes_the_persons_running_instances_after_commit(
 
 class FakeConnection:
     closed = False
+    disconnected = None
 
     def close(self):
         self.closed = True
+
+    def disconnect(self, code, reason):
+        self.disconnected = (code, reason)
 
 
 def _server(target) -> sshd.GatewayServer:
@@ -144,3 +151,40 @@ def test_an_open_websocket_of_a_revoked_session_is_closed_and_its_cookie_opens_n
         assert answer[0] == 200  # a session opened after the revocation works
 
     run(scenario)
+
+
+def test_the_ssh_gateway_caps_logins_per_person_and_per_instance(monkeypatch, settings):
+    """Past a cap the new connection is disconnected naming it; a closed one gives its
+    place back (the same caps as the HTTP gateway's, for SSH)."""
+    settings.SSH_GATEWAY_MAX_CONNECTIONS_PER_USER = 3
+    settings.SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE = 2
+
+    async def no_upstream(self):
+        return None
+
+    monkeypatch.setattr(sshd.GatewayServer, "_connect_upstream", no_upstream)
+    one = sshd_target()
+    other = dataclasses.replace(one, instance_id="00000000-0000-4000-8000-000000000002")
+
+    async def scenario():
+        def login(target):
+            server = _server(target)
+            server.auth_completed()
+            return server
+
+        a, b = login(one), login(one)
+        third_here = login(one)  # the instance's cap
+        assert third_here._conn.disconnected[0] == asyncssh.DISC_TOO_MANY_CONNECTIONS
+        assert "SSH_GATEWAY_MAX_CONNECTIONS_PER_INSTANCE" in third_here._conn.disconnected[1]
+        third_here.connection_lost(None)  # it held nothing: nothing is given back
+        c = login(other)
+        fourth = login(other)  # the person's cap (3), on another instance
+        assert "at most 3 at once per person" in fourth._conn.disconnected[1]
+        a.connection_lost(None)
+        again = login(other)
+        assert again._conn.disconnected is None
+        for server in (b, c, again):
+            server.connection_lost(None)
+        assert not sshd._open
+
+    asyncio.run(scenario())
