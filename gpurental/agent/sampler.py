@@ -49,7 +49,14 @@ def host_group(host_name: str) -> str:
 def telemetry_url_from_broker(broker_url: str) -> str | None:
     """The channel layer's Redis, from a Celery broker URL (None when the broker is not Redis)."""
     if broker_url.startswith("redis+socket://"):
-        return "unix://" + broker_url[len("redis+socket://") :]
+        # kombu names a socket's database virtual_host; redis-py's unix:// URL says db.
+        path, _, query = broker_url[len("redis+socket://") :].partition("?")
+        query = "&".join(
+            "db=" + part[len("virtual_host=") :] if part.startswith("virtual_host=") else part
+            for part in query.split("&")
+            if part
+        )
+        return f"unix://{path}" + (f"?{query}" if query else "")
     if broker_url.startswith(("redis://", "rediss://", "unix://")):
         return broker_url
     return None

@@ -371,6 +371,10 @@ def test_sampler_thread_ticks_about_once_a_second_and_stops():
 
 def test_telemetry_url_follows_a_redis_broker():
     assert telemetry_url_from_broker("redis+socket:///v/redis.sock") == "unix:///v/redis.sock"
+    assert (  # the same database as the broker's (settings.celery_url, the other way)
+        telemetry_url_from_broker("redis+socket:///v/redis.sock?virtual_host=3")
+        == "unix:///v/redis.sock?db=3"
+    )
     assert telemetry_url_from_broker("redis://h:6379/0") == "redis://h:6379/0"
     assert telemetry_url_from_broker("amqp://guest@h//") is None
     base = {

@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from datetime import timedelta
 from decimal import Decimal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from django.conf import settings as django_settings
@@ -48,8 +48,8 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def broker_target() -> tuple[str | tuple[str, int], str]:
     """Where the test's Redis is, and the database path of its URL."""
     url = urlsplit(django_settings.REDIS_URL)
-    if url.scheme == "unix":
-        return url.path, "/0"
+    if url.scheme == "unix":  # unix:///path/redis.sock?db=N: the broker's database too
+        return url.path, "/" + dict(parse_qsl(url.query)).get("db", "0")
     return (url.hostname, url.port or 6379), url.path or "/0"
 
 
