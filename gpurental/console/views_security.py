@@ -23,26 +23,33 @@ from gpurental.accounts.models import ApiKey, SSHKey
 from gpurental.addresses import client_ip
 
 
+def _keep_choices(label, help_text, choices) -> forms.MultipleChoiceField:
+    """A list of boxes, none ticked."""
+    return forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label=label,
+        help_text=help_text,
+        choices=choices,
+    )
+
+
 class KeepKeysMixin:
     """ "Keep these API keys" and "keep these SSH keys" fields listing ``user``'s active
     keys, none ticked."""
 
     def _keep_field(self, user) -> None:
         keys = ApiKey.objects.filter(user=user, revoked_at__isnull=True).order_by("name")
-        self.fields["keep_api_keys"] = forms.MultipleChoiceField(
-            required=False,
-            widget=forms.CheckboxSelectMultiple,
-            label=gettext_lazy("API keys that keep working"),
-            help_text=gettext_lazy("Every other key is revoked."),
-            choices=[(str(key.pk), f"{key.name} (gpr_{key.prefix}_…)") for key in keys],
+        self.fields["keep_api_keys"] = _keep_choices(
+            gettext_lazy("API keys that keep working"),
+            gettext_lazy("Every other key is revoked."),
+            [(str(key.pk), f"{key.name} (gpr_{key.prefix}_…)") for key in keys],
         )
         ssh_keys = SSHKey.objects.filter(user=user).order_by("name", "created_at")
-        self.fields["keep_ssh_keys"] = forms.MultipleChoiceField(
-            required=False,
-            widget=forms.CheckboxSelectMultiple,
-            label=gettext_lazy("SSH keys that keep working"),
-            help_text=gettext_lazy("Every other SSH key is removed from your account."),
-            choices=[(str(key.pk), f"{key.name} ({key.fingerprint})") for key in ssh_keys],
+        self.fields["keep_ssh_keys"] = _keep_choices(
+            gettext_lazy("SSH keys that keep working"),
+            gettext_lazy("Every other SSH key is removed from your account."),
+            [(str(key.pk), f"{key.name} ({key.fingerprint})") for key in ssh_keys],
         )
 
     def kept(self) -> dict:
