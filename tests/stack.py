@@ -10,7 +10,6 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings as django_settings
 
-from gpurental import protocol
 from gpurental.celery_app import app as control_app
 from gpurental.fleet.models import Host
 from gpurental.fleet.services import host_create
@@ -41,8 +40,7 @@ def docker_client():
 @pytest.fixture
 def control_worker(docker_client):
     with control_app.connection_for_write() as conn:
-        # Nothing left over from an earlier test (its agents' reports included).
-        for queue in ("control", "notify", protocol.REPORTS_QUEUE):
+        for queue in ("control", "notify"):  # nothing left over from an earlier run
             conn.default_channel.queue_purge(queue)
     from celery.signals import task_postrun
     from django.db import connection

@@ -30,6 +30,14 @@ def make_app(config: AgentConfig) -> Celery:
         worker_enable_remote_control=False,
         worker_hijack_root_logger=False,
         broker_use_ssl=config.broker_ssl,
+        # After a broker restart with a command running, Celery lowers the prefetch count
+        # and raises it again from the pool thread that acknowledges the next command: on
+        # the consumer's own AMQP connection, while the main thread reads it. With our
+        # thread pool the two threads then share one socket: the agent hung (both waiting
+        # on it) or lost the connection on a corrupt frame, and the command was never run
+        # (tests/faults/test_rabbitmq_restart.py caught it; py-spy showed both threads in
+        # basic_qos). Prefetch is 1 here anyway: nothing to lower.
+        worker_enable_prefetch_count_reduction=False,
     )
     _register(app)
     # The request and instance ids of a command ride on its message headers; the agent's

@@ -10,7 +10,6 @@ import pytest
 
 from gpurental.billing.models import Charge
 from gpurental.billing.services.metering import meter_run
-from gpurental.celery_app import REPORTS
 from gpurental.celery_app import app as control_app
 from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
@@ -48,7 +47,6 @@ def rabbit(tmp_path, settings):
     with control_app.connection_for_write() as conn:
         for name in sorted(names):
             control_app.amqp.queues[name](conn.default_channel).declare()
-        REPORTS(conn.default_channel).declare()
     try:
         yield node
     finally:
