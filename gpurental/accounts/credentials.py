@@ -88,22 +88,20 @@ def account_credentials_revoke(
         # The user's row first, as every service that changes a person's credentials does.
         User.objects.select_for_update().filter(pk=user.pk).first()
         active = list(ApiKey.objects.filter(user=user, revoked_at__isnull=True).order_by("name"))
-        unknown = sorted(keep - {str(key.pk) for key in active})
-        if unknown:
-            raise ApiKeyRefused(
-                _("keep_api_keys: %(ids)s is not one of your active API keys")
-                % {"ids": ", ".join(unknown)},
-                field="keep_api_keys",
-            )
+        _only_own(
+            keep,
+            active,
+            "keep_api_keys",
+            _("keep_api_keys: %(ids)s is not one of your active API keys"),
+        )
         ssh_keys = list(SSHKey.objects.filter(user=user).order_by("name", "created_at"))
         keep_ssh = {str(pk) for pk in keep_ssh_key_ids or ()}
-        unknown = sorted(keep_ssh - {str(key.pk) for key in ssh_keys})
-        if unknown:
-            raise ApiKeyRefused(
-                _("keep_ssh_keys: %(ids)s is not one of your SSH keys")
-                % {"ids": ", ".join(unknown)},
-                field="keep_ssh_keys",
-            )
+        _only_own(
+            keep_ssh,
+            ssh_keys,
+            "keep_ssh_keys",
+            _("keep_ssh_keys: %(ids)s is not one of your SSH keys"),
+        )
         removed_ssh = [key for key in ssh_keys if str(key.pk) not in keep_ssh]
         SSHKey.objects.filter(pk__in=[key.pk for key in removed_ssh]).delete()
         revoked = [key for key in active if str(key.pk) not in keep]
@@ -147,6 +145,13 @@ def account_credentials_revoke(
         )
         transaction.on_commit(lambda: _tell_owner(user, done))
     return done
+
+
+def _only_own(keep: set[str], own, field: str, message: str) -> None:
+    """Refuse, naming ``field``, ids to keep that are not among ``own``."""
+    unknown = sorted(keep - {str(key.pk) for key in own})
+    if unknown:
+        raise ApiKeyRefused(message % {"ids": ", ".join(unknown)}, field=field)
 
 
 def _key_line(key: ApiKey) -> str:

@@ -11,12 +11,11 @@ import pytest
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.testing import pytest_plugin
 from tests.browser.test_console_flow import browser  # noqa: F401 - a fixture
+from tests.browser.test_hostile_names import PASSWORD, log_in
 from tests.stack import web_alone  # noqa: F401 - a fixture
 from tests.telemetry.conftest import node1, run_instance  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PASSWORD = "correct horse battery staple"
 
 
 def off_the_loop(function, *args, **kwargs):
@@ -47,13 +46,7 @@ def test_an_open_instance_page_reconnects_after_redis_restarts(
     alice.set_password(PASSWORD)
     alice.save()
     instance = off_the_loop(run_instance, alice)
-    page = browser.new_context().new_page()
-    page.set_default_timeout(30_000)
-    page.goto(f"{web_alone}/login/")
-    page.fill("input[name=username]", alice.email)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button:has-text('Log in')")
-    page.wait_for_url("**/dashboard/")
+    page = log_in(browser, web_alone, alice)
     page.goto(f"{web_alone}/instances/{instance.pk}/")
     page.wait_for_function("() => document.getElementById('live').textContent === 'live'")
     # Every state the socket's label goes through from now on, and a mark a reload would lose.
