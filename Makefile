@@ -21,7 +21,7 @@ install: $(VENV)/.installed
 demo: install
 	@mkdir -p var && printf '# Written by make demo: manage.py reads it (README, useful commands).\nDEBUG=1\n' > var/local.env
 	@DEBUG=$${DEBUG:-1} GATEWAY_PORT=$${GATEWAY_PORT:-$$(( $${PORT:-8000} + 1 ))} \
-	  $(BIN)/python -m gpurental.embedded run -- sh -c '\
+	  $(BIN)/python -m gpurental.embedded run --registry -- sh -c '\
 	  python manage.py migrate --noinput && \
 	  python manage.py seed_demo --agent-env var/local-agent.env && \
 	  echo "" && \

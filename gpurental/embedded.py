@@ -183,9 +183,34 @@ def running(var_dir: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-def _run(var_dir: Path, command: list[str]) -> int:
+def _registry(var_dir: Path, env: dict[str, str]):
+    """The platform's image registry for ``make demo`` (gpurental/registry.py), on
+    REGISTRY_PORT (5000), when Debian's docker-registry is installed; None otherwise."""
+    from gpurental import registry
+
+    if not registry.available():
+        print(
+            "[embedded] no image registry: apt-get install docker-registry to push and "
+            "launch your own images on the demo",
+            flush=True,
+        )
+        return None
+    server = registry.Registry(var_dir / "registry", int(env.get("REGISTRY_PORT", "5000")))
+    if not server.answers():  # another run's (or the operator's own) answers already
+        try:
+            server.start()
+        except RuntimeError as exc:
+            print(f"[embedded] no image registry: {exc}", flush=True)
+            return None
+    env["PLATFORM_REGISTRY"] = server.address
+    print(f"[embedded] image registry on {server.address}", flush=True)
+    return server
+
+
+def _run(var_dir: Path, command: list[str], *, with_registry: bool = False) -> int:
     env = dict(os.environ)
     started = []
+    registry = _registry(var_dir, env) if with_registry else None
     # Servers another ``run`` (say, ``make demo``) started are theirs to stop, not ours.
     before = running(var_dir)
     if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
@@ -203,6 +228,8 @@ def _run(var_dir: Path, command: list[str]) -> int:
     try:
         code = child.wait()
     finally:
+        if registry is not None:
+            registry.stop()
         if started and before != {"postgres", "redis"}:
             stop(var_dir, keep=before)
             print("[embedded] PostgreSQL and Redis stopped", flush=True)
@@ -216,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="start both servers and print their URLs")
     sub.add_parser("down", help="stop both servers")
     run = sub.add_parser("run", help="start both servers, run a command, stop them")
+    run.add_argument(
+        "--registry",
+        action="store_true",
+        help="also start the image registry (docker-registry) on REGISTRY_PORT, 5000",
+    )
     run.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     var_dir = Path(args.var).resolve()
@@ -229,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("run needs a command after --")
-    return _run(var_dir, command)
+    return _run(var_dir, command, with_registry=args.registry)
 
 
 if __name__ == "__main__":

@@ -184,7 +184,11 @@ SPEC_FIELDS = frozenset(
 # {"shm_size_mb": int, "host_network": bool}: a large /dev/shm, memlock and stack
 # ulimits, /dev/infiniband when the host has it (the agent looks), host networking
 # when the operator allows it on that host.
-OPTIONAL_SPEC_FIELDS = frozenset({"dedicated"})
+# ``pull``: None, or for a customer's own image (gpurental/imagerefs.py) the operator's
+# policy {"max_bytes": int, "timeout_s": int}: the agent pulls it (with the account's
+# login, the sealed "registry_auth", when one was saved), reports the pull's progress,
+# and refuses an image larger than max_bytes.
+OPTIONAL_SPEC_FIELDS = frozenset({"dedicated", "pull"})
 
 
 class SpecRefused(ValueError):
@@ -192,8 +196,10 @@ class SpecRefused(ValueError):
 
 
 # A spec's secrets travel only inside its "sealed" field: "token" (JupyterLab's) always,
-# "ssh_host_key" (the private key of the container's sshd) when it has SSH.
-SPEC_SECRETS = ("token", "ssh_host_key")
+# "ssh_host_key" (the private key of the container's sshd) when it has SSH,
+# "registry_auth" ({"username", "password", "serveraddress"}) for a customer's image from
+# a registry the account saved a login for.
+SPEC_SECRETS = ("token", "ssh_host_key", "registry_auth")
 
 
 def spec_seal(key: bytes, secrets: dict) -> str:
@@ -205,8 +211,8 @@ def spec_seal(key: bytes, secrets: dict) -> str:
 
 
 def spec_open(key: bytes, spec: dict) -> dict:
-    """The spec with its secrets unsealed in place: ``token``, and ``ssh["host_key"]``
-    when it has SSH; SpecRefused when this host's key cannot open them."""
+    """The spec with its secrets unsealed in place: ``token``, ``ssh["host_key"]`` when it
+    has SSH, ``pull["auth"]`` (None without a login) for a customer's image; SpecRefused when this host's key cannot open them."""
     try:
         secrets = json.loads(Fernet(key).decrypt(str(spec.get("sealed", "")).encode()))
     except (InvalidToken, ValueError) as exc:
@@ -218,6 +224,9 @@ def spec_open(key: bytes, spec: dict) -> dict:
     opened["token"] = str(secrets.get("token", ""))
     if opened.get("ssh"):
         opened["ssh"] = {**opened["ssh"], "host_key": str(secrets.get("ssh_host_key", ""))}
+    if opened.get("pull"):
+        auth = secrets.get("registry_auth")
+        opened["pull"] = {**opened["pull"], "auth": auth if isinstance(auth, dict) else None}
     return opened
 
 
@@ -271,7 +280,9 @@ ACCEPTANCE_KINDS = {
 
 # What an instance report may say, and the data each kind carries.
 REPORT_KINDS = {
-    "progress": ("step", "message"),
+    # pull: while a customer's image is pulled, {"layers", "layers_done", "bytes", "total",
+    # "percent"} (optional)
+    "progress": ("step", "message", "pull"),
     # ready_s and ports ({container port: host port}, every published port): optional
     "running": ("port", "host", "container_id", "ready_s", "ports"),
     "failed": ("reason",),

@@ -152,6 +152,7 @@ INSTALLED_APPS = [
     "gpurental.teams",
     "gpurental.acceptance",
     "gpurental.modelcache",
+    "gpurental.images",
 ]
 
 MIDDLEWARE = [
@@ -565,6 +566,19 @@ RESERVATION_END_WARNING_MINUTES = env_int("RESERVATION_END_WARNING_MINUTES", 15)
 # and cancellation window. BMC passwords are encrypted under a key derived from
 # BMC_SECRET_KEY (default SECRET_KEY); changing it means entering them again.
 BMC_SECRET_KEY = os.environ.get("BMC_SECRET_KEY", "") or SECRET_KEY
+
+# Customers' own images (gpurental/images/): which registries a launch may pull from
+# (host[:port] as written, "*.example.com" for subdomains, "*" for any), the largest image
+# a host pulls (GB, as the engine counts it unpacked), and how long a pull may take (s).
+# A custom image runs with the port, SSH port and env of the catalog template
+# CUSTOM_IMAGE_TEMPLATE (its own command): JupyterLab on that port, honouring
+# JUPYTER_TOKEN, as every image built FROM the platform's images does.
+CUSTOM_IMAGE_REGISTRIES = env_list("CUSTOM_IMAGE_REGISTRIES", "*")
+CUSTOM_IMAGE_MAX_GB = env_int("CUSTOM_IMAGE_MAX_GB", 50)
+CUSTOM_IMAGE_PULL_TIMEOUT = env_int("CUSTOM_IMAGE_PULL_TIMEOUT", 1800)
+CUSTOM_IMAGE_TEMPLATE = os.environ.get("CUSTOM_IMAGE_TEMPLATE", "jupyter-cpu")
+# Registry passwords are encrypted under REGISTRY_SECRET_KEY (default SECRET_KEY).
+REGISTRY_SECRET_KEY = os.environ.get("REGISTRY_SECRET_KEY", "") or SECRET_KEY
 # /dev/shm of a dedicated host's container (NCCL's shared-memory transport), in MiB.
 DEDICATED_SHM_MB = env_int("DEDICATED_SHM_MB", 16384)
 # --- end billing ---

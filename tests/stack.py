@@ -299,3 +299,62 @@ def web_server(agent, gateway_port, tmp_path):
 def web_alone(transactional_db, tmp_path):
     """The web process alone, for pages whose tests make their rows with the services."""
     yield from _daphne(tmp_path)
+
+
+# --- the image registry: customers' own images (gpurental/images/) -----------------------
+
+REGISTRY_USERS = {"alice": "alice-registry-pw"}
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """Debian's docker-registry on 127.0.0.1, with a login (htpasswd) for alice; one per
+    test process, on a free port."""
+    import socket
+
+    from gpurental import registry as registry_mod
+
+    if not registry_mod.available():
+        skip_unless_ci("docker-registry is not installed: apt-get install docker-registry")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = registry_mod.Registry(
+        tmp_path_factory.mktemp("registry") / "root", port, users=REGISTRY_USERS
+    ).start()
+    yield server
+    server.stop()
+
+
+def registry_login(registry, user: str = "alice") -> dict:
+    return {
+        "username": user,
+        "password": REGISTRY_USERS[user],
+        "serveraddress": registry.address,
+    }
+
+
+def push_to(docker_client, registry, source: str, repository: str, tag: str) -> str:
+    """``source`` pushed to the test registry as ``repository:tag``, then untagged here, as
+    if another machine had pushed it; its reference."""
+    name = f"{registry.address}/{repository}"
+    docker_client.images.get(source).tag(name, tag)
+    for line in docker_client.api.push(
+        name, tag, auth_config=registry_login(registry), stream=True, decode=True
+    ):
+        assert "error" not in line, line
+    docker_client.images.remove(f"{name}:{tag}")
+    return f"{name}:{tag}"
+
+
+@pytest.fixture(scope="session")
+def jupyter_in_registry(registry):
+    """The platform's JupyterLab image as a customer would push their own: alice/jupyter:1
+    in the test registry (about 15 s, once per test process). Ask for docker_client too."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        return push_to(client, registry, JUPYTER_IMAGE, "alice/jupyter", "1")
+    finally:
+        client.close()

@@ -14,6 +14,7 @@ from gpurental.agent.gpus import NvmlUnavailable, make_source
 from gpurental.agent.host import HeartbeatThread, HostAgent, HostStateThread
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import docker_problem, make_runtime
+from gpurental.agent.runtimes.imagecache import ImageCache
 from gpurental.agent.runtimes.network import NetworkSetupError
 from gpurental.agent.sampler import ChannelPublisher, HttpPublisher, Sampler, SamplerThread
 from gpurental.agent.worker import make_app, set_agent
@@ -50,6 +51,10 @@ def choose_runtime(config: AgentConfig):
         "ready_timeout_s": config.ready_timeout,
         "host_name": config.host_name,
         "sandbox_pool": config.net_pool,
+        "image_cache": ImageCache(
+            os.path.join(os.path.abspath(config.work_dir), "images.json"),
+            limit_bytes=int(config.image_cache_gb * 1024**3),
+        ),
     }
     if config.runtime == "process":
         return make_runtime("process", **process_kwargs), "process (GPURENTAL_RUNTIME=process)"

@@ -42,6 +42,7 @@ class AgentConfig:
     concurrency: int = 4
     net_pool: int = 2  # idle network sandboxes per set of ports (runtimes/sandboxes.py)
     allow_pull: bool = False
+    image_cache_gb: float = 200.0  # customers' pulled images kept, least recently used out
     check_image: str = "gpurental/jupyter-cpu:latest"
     # Live telemetry: the channel layer's Redis ("" = derive from a Redis broker URL,
     # "off" = no live stream; per-minute batches still go through the broker).
@@ -133,6 +134,7 @@ class AgentConfig:
             concurrency=int(env.get("GPURENTAL_CONCURRENCY", "4")),
             net_pool=_count(env, "GPURENTAL_NET_POOL", "2"),
             allow_pull=env.get("GPURENTAL_ALLOW_PULL", "0") in {"1", "true", "yes"},
+            image_cache_gb=_positive(env, "GPURENTAL_IMAGE_CACHE_GB", "200"),
             check_image=env.get("GPURENTAL_IMAGE", "gpurental/jupyter-cpu:latest"),
             telemetry_url=env.get("GPURENTAL_TELEMETRY_URL", ""),
             telemetry_layer=env.get("GPURENTAL_TELEMETRY_LAYER", "core"),

@@ -18,7 +18,7 @@ from gpurental.agent.activity import Holding, Holdings
 from gpurental.agent.gpus import GpuSource
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import ContainerRuntimeError, ContainerSpec, Runtime
-from gpurental.agent.runtimes.base import dedicated_fields
+from gpurental.agent.runtimes.base import PullPolicy, dedicated_fields
 from gpurental.agent.topology import host_topology
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,16 @@ class HostAgent:
         self._workspaces: dict[str, int] | None = None
         self._workspaces_at = float("-inf")
         self._workspaces_sent = True
+        self._images_sent_version = -1  # the customers' images cached: sent when changed
 
     # --- instance operations ------------------------------------------------
 
     def _progress(self, instance_id: str):
-        def progress(message: str) -> None:
-            self.reporter.report(instance_id, "progress", step=step_of(message), message=message)
+        def progress(message: str, pull: dict | None = None) -> None:
+            extra = {"pull": pull} if pull is not None else {}
+            self.reporter.report(
+                instance_id, "progress", step=step_of(message), message=message, **extra
+            )
 
         return progress
 
@@ -93,6 +97,13 @@ class HostAgent:
             data["ssh_port"] = ssh["port"]
             data["ssh_host_key"] = ssh["host_key"]
             data["ssh_authorized_keys"] = ssh["authorized_keys"]
+        pull = data.pop("pull", None)
+        if pull:
+            data["pull"] = PullPolicy(
+                max_bytes=int(pull["max_bytes"]),
+                timeout_s=float(pull["timeout_s"]),
+                auth=pull.get("auth") or None,
+            )
         dedicated = data.pop("dedicated", None)
         if dedicated:
             data.update(dedicated_fields(dedicated))
@@ -251,8 +262,13 @@ class HostAgent:
             self._containers_sent_at = listed_at
             workspaces = None if self._workspaces_sent else self._workspaces
             self._workspaces_sent = True
+            images = None
+            cache = getattr(self.runtime, "image_cache", None)
+            if cache is not None and cache.version != self._images_sent_version:
+                images, self._images_sent_version = cache.listing(), cache.version
         self.reporter.heartbeat(
             workspaces=workspaces,
+            images=images,
             inventory=inventory,
             topology=topology,
             containers=containers if fresh else None,

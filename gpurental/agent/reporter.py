@@ -66,6 +66,7 @@ class ControlReporter:
         gpu_source: str,
         agent_version: str,
         topology: dict | None = None,
+        images: list[dict] | None = None,
     ) -> None:
         """Liveness. ``inventory`` and ``containers`` are the newest the agent has (None
         while it has none): a slow engine or GPU driver makes them late, never the beat."""
@@ -77,6 +78,7 @@ class ControlReporter:
             containers=containers,
             containers_listed_at=containers_listed_at,
             workspaces=workspaces,
+            images=images,
             runtime=runtime,
             gpu_source=gpu_source,
             agent_version=agent_version,

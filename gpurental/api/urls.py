@@ -11,6 +11,7 @@ from gpurental.api.groups import urls as groups
 from gpurental.api.instances import urls as instances
 from gpurental.api.notifications import urls as notifications
 from gpurental.api.payments import urls as payments
+from gpurental.api.registries import urls as registries
 from gpurental.api.reservations import urls as reservations
 from gpurental.api.sshkeys import urls as sshkeys
 from gpurental.api.teams import urls as teams
@@ -21,6 +22,7 @@ RESOURCES = [
     instances,
     account,
     sshkeys,
+    registries,
     reservations,
     billing,
     groups,

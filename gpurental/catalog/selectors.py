@@ -48,6 +48,8 @@ def catalog_rows(*, interconnect: str = "", min_vram: str = "", q: str = "") -> 
 class ResolvedImage:
     template: ImageTemplate
     alias: str  # the name asked for when it was an alias; "" for the template's own slug
+    # A customer's own image reference, run with ``template``'s settings; "" for a template.
+    reference: str = ""
 
 
 def image_resolve(name: str) -> ResolvedImage | None:

@@ -122,6 +122,7 @@ def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
         containers=None if containers is None else dict(containers),
         containers_listed_at=beat.get("containers_listed_at"),
         workspaces=beat.get("workspaces"),
+        images=beat.get("images"),
         runtime=str(beat.get("runtime", "")),
         gpu_source=str(beat.get("gpu_source", "")),
         agent_version=str(beat.get("agent_version", "")),
@@ -185,6 +186,7 @@ def host_heartbeat_record(
     containers_listed_at: float | None = None,
     workspaces: dict[str, int] | None = None,
     topology: dict | None = None,
+    images: list | None = None,
 ) -> Host:
     """Record a verified heartbeat: sync GPUs; reconcile the host's containers.
 
@@ -229,6 +231,7 @@ def host_heartbeat_record(
         containers=containers,
         containers_listed_at=listed_at,
         workspaces=workspaces if isinstance(workspaces, dict) else None,
+        images=images if isinstance(images, list) else None,
         now=now,
     )
     return host

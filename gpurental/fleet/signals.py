@@ -11,9 +11,11 @@ from django.dispatch import Signal
 # A heartbeat was recorded (after its transaction). Arguments: ``host`` (as recorded),
 # ``inventory`` (list or None), ``containers`` ({instance id: state} or None, when the beat
 # carried no listing), ``containers_listed_at`` (when that listing was taken), ``workspaces``
-# ({instance id: bytes} or None), ``now``.
+# ({instance id: bytes} or None), ``images`` (the customer images the host caches, a list
+# of {"ref", "bytes", "last_used"}, or None), ``now``.
 # Receivers: rentals (reconcile the host's containers, check workspace sizes) and
-# acceptance (a joining host's first inventory starts its benchmark).
+# acceptance (a joining host's first inventory starts its benchmark), images (the host's
+# cached images, which placement prefers).
 heartbeat_recorded = Signal()
 
 # Staff reactivated a host that was in maintenance while ACCEPTANCE_AFTER_MAINTENANCE is on:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from gpurental import protocol
+from gpurental import imagerefs, protocol
 from gpurental.celery_app import app  # noqa: F401 - the app hostlink sends with (tests patch it)
 from gpurental.fleet import hostlink
 from gpurental.gateway import sshkeys
+from gpurental.images.selectors import registry_auth
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
 
@@ -40,7 +41,7 @@ def container_spec(instance: Instance) -> dict:
     return {
         "spec_version": protocol.SPEC_VERSION,
         "instance_id": str(instance.id),
-        "image": image.image_for(host.gpu_source),
+        "image": instance.image_ref or image.image_for(host.gpu_source),
         # The secrets, for this host's agent only (protocol.spec_open).
         "sealed": hostlink.seal_secrets(host, _secrets(instance)),
         "gpu_indices": [g.index for g in gpus],
@@ -57,7 +58,28 @@ def container_spec(instance: Instance) -> dict:
         "mount_model_cache": bool(instance.mount_model_cache),
         "command": list(image.command or []),
         **_dedicated(instance),
+        **_pull(instance),
     }
+
+
+def _pull(instance: Instance) -> dict:
+    """A customer's own image: the operator's pull policy (its login, if the account saved
+    one for the registry, is among the sealed secrets)."""
+    if not instance.image_ref:
+        return {}
+    return {
+        "pull": {
+            "max_bytes": settings.CUSTOM_IMAGE_MAX_GB * 1024**3,
+            "timeout_s": settings.CUSTOM_IMAGE_PULL_TIMEOUT,
+        }
+    }
+
+
+def _registry_auth(instance: Instance) -> dict | None:
+    if not instance.image_ref:
+        return None
+    registry = imagerefs.parse(instance.image_ref).registry
+    return registry_auth(account_id=instance.user_id, registry=registry)
 
 
 def _dedicated(instance: Instance) -> dict:
@@ -86,6 +108,8 @@ def _secrets(instance: Instance) -> dict:
     secrets = {"token": instance.jupyter_token}
     if _ssh(instance) is not None:
         secrets["ssh_host_key"] = instance.ssh_host_key
+    if (auth := _registry_auth(instance)) is not None:
+        secrets["registry_auth"] = auth
     return secrets
 
 

@@ -80,6 +80,9 @@ class Instance(models.Model):
     mount_model_cache = models.BooleanField(default=False)
     # The name the launch used when it was an alias of the image (catalog.ImageAlias).
     image_alias = models.CharField(max_length=50, blank=True)
+    # A customer's own image (gpurental/images/references.py), run with the settings of
+    # ``image`` (CUSTOM_IMAGE_TEMPLATE); empty: the template's own image.
+    image_ref = models.CharField(max_length=300, blank=True)
     # A Hugging Face repository asked for at launch ("org/name"): placement prefers hosts
     # whose shared cache has it (gpurental/modelcache).
     hf_model = models.CharField(max_length=96, blank=True)

@@ -19,7 +19,10 @@ log = logging.getLogger(__name__)
 
 REPORTS = {
     "progress": lambda iid, d: lifecycle.instance_report_progress(
-        instance_id=iid, step=d.get("step", "info"), message=d.get("message", "")
+        instance_id=iid,
+        step=d.get("step", "info"),
+        message=d.get("message", ""),
+        data=_pull_progress(d.get("pull")),
     ),
     "running": lambda iid, d: lifecycle.instance_report_running(
         instance_id=iid,
@@ -49,6 +52,15 @@ def _ports(value) -> dict[str, int]:
         if 1 <= inside <= 65535 and 1 <= outside <= 65535:
             ports[str(inside)] = outside
     return ports
+
+
+def _pull_progress(value) -> dict:
+    """An image pull's figures, each a non-negative number, or nothing."""
+    if not isinstance(value, dict):
+        return {}
+    keys = ("layers", "layers_done", "bytes", "total", "percent")
+    figures = {k: value[k] for k in keys if isinstance(value.get(k), int | float)}
+    return {"pull": figures} if all(v >= 0 for v in figures.values()) and figures else {}
 
 
 def _seconds_or_none(value) -> float | None:

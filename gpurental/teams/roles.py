@@ -4,7 +4,7 @@ viewer   reads the team's instances, reservations, groups, leases, balance and i
 member   + launches, stops, starts, restarts, terminates and connects to instances, books
            and cancels reservations, manages groups and leases;
 admin    + billing (top-ups, vouchers, billing address, auto top-up, webhook endpoints),
-           invites, and removes members below admin;
+           registry logins, invites, and removes members below admin;
 owner    + changes any role, removes admins, renames the team.
 
 Django-free: plain strings, so that views, consumers and the gateway share it.
@@ -32,6 +32,7 @@ CHANGE_NEEDS = {
     "leases": OPERATE,
     "billing": BILLING,
     "webhooks": BILLING,
+    "registries": ADMIN,  # the team's registry logins
 }
 
 

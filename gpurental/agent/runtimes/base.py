@@ -46,7 +46,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-Progress = Callable[[str], None]
+# A progress line for the customer; a pull of their own image adds its figures (pull=…).
+Progress = Callable[..., None]
 
 GPU_SOURCES = ("nvml", "simulated")
 LABEL_INSTANCE = "gpurental.instance"
@@ -68,6 +69,16 @@ class ImageNotFound(ContainerRuntimeError):
 
 class RuntimeFailure(ContainerRuntimeError):
     """The instance could not be started, or died while starting."""
+
+
+@dataclass(frozen=True)
+class PullPolicy:
+    """How a customer's own image is pulled (the spec's ``pull``): the operator's size and
+    time limits, and the account's registry login, if it saved one."""
+
+    max_bytes: int
+    timeout_s: float
+    auth: dict | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,9 @@ class ContainerSpec:
     host_network: bool = False
     infiniband_devices: tuple[str, ...] = ()
     memlock_bytes: int = -1  # -1: unlimited (see grantable_memlock)
+    # A customer's own image, pulled from its registry under this policy; None: an image
+    # of the platform's, which must be on the host already (or pulled if the agent allows).
+    pull: PullPolicy | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)
@@ -129,7 +143,8 @@ class ContainerSpec:
 
     def fingerprint(self) -> str:
         """A short hash of the whole spec, to tell whether a running instance matches it."""
-        data = json.dumps(asdict(self), sort_keys=True, default=str)
+        # How the image was pulled is not what runs (a login saved again changes nothing).
+        data = json.dumps({**asdict(self), "pull": None}, sort_keys=True, default=str)
         return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
@@ -207,7 +222,7 @@ def check_instance_id(instance_id: str) -> str:
     return instance_id
 
 
-def ignore_progress(_message: str) -> None:
+def ignore_progress(_message: str, pull: dict | None = None) -> None:
     """A ``progress`` callback for callers that do not report progress."""
 
 

@@ -28,7 +28,9 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
-from . import network, sandboxes
+from gpurental import imagerefs
+
+from . import network, pulls, sandboxes
 from .base import (
     LABEL_HOST,
     LABEL_INSTANCE,
@@ -37,11 +39,13 @@ from .base import (
     ContainerSpec,
     ImageNotFound,
     Progress,
+    PullPolicy,
     RuntimeFailure,
     Started,
     check_instance_id,
     wait_for_jupyter,
 )
+from .imagecache import ImageCache
 
 WORKSPACE = "/workspace"
 HF_CACHE_MOUNT = "/models/huggingface"
@@ -205,6 +209,7 @@ class DockerRuntime:
         stop_timeout_s: int = 10,
         host_name: str = "",
         sandbox_pool: int = 0,
+        image_cache: ImageCache | None = None,
     ) -> None:
         if client is None:
             with _engine_errors("connect"):
@@ -216,6 +221,8 @@ class DockerRuntime:
         self.host_name = host_name
         # Network sandboxes made ahead of launches, ``sandbox_pool`` idle per set of ports.
         self.sandboxes = sandboxes.SandboxPool(client, size=sandbox_pool, host_name=host_name)
+        # Customers' images pulled here, least recently used out (imagecache.py).
+        self.image_cache = image_cache
 
     def prepare_host(self) -> None:
         """The tenant network and its firewall (network.py); the agent calls it at start."""
@@ -230,7 +237,10 @@ class DockerRuntime:
 
     # --- images -----------------------------------------------------------
 
-    def ensure_image(self, image: str, progress: Progress) -> None:
+    def ensure_image(self, image: str, progress: Progress, pull: PullPolicy | None = None) -> None:
+        if pull is not None:
+            self._ensure_customer_image(image, pull, progress)
+            return
         with _engine_errors(f"look up image {image}"):
             try:
                 self.client.images.get(image)
@@ -251,6 +261,45 @@ class DockerRuntime:
                 raise ImageNotFound(
                     f"image {image} is neither on this host nor in its registry"
                 ) from exc
+
+    def _ensure_customer_image(self, image: str, policy: PullPolicy, progress: Progress) -> None:
+        """A customer's image is pulled at every launch, cached or not: the registry checks
+        the account's login each time (as Kubernetes's AlwaysPullImages), so a private
+        image another account pulled here never runs for one that may not pull it. With
+        the image cached, that is one manifest request; only changed layers download."""
+        try:
+            reference = imagerefs.parse(image)
+        except imagerefs.BadReference as exc:
+            raise RuntimeFailure(str(exc)) from exc
+        pulls.pull(self.client.api, reference, policy, progress)
+        with _engine_errors(f"look up image {image}"):
+            try:
+                size = int(self.client.images.get(image).attrs.get("Size") or 0)
+            except docker.errors.ImageNotFound as exc:
+                raise RuntimeFailure(f"the engine pulled {image} but does not list it") from exc
+        if size > policy.max_bytes:
+            self._remove_image(image)
+            raise RuntimeFailure(pulls.too_large(image, size, policy.max_bytes))
+        if self.image_cache is not None:
+            self.image_cache.used(image, size)
+            self._evict_images(keep=image)
+
+    def _remove_image(self, image: str) -> bool:
+        """Remove an image no container uses; False when one does (the engine refuses)."""
+        try:
+            self.client.images.remove(image, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError:
+            return False  # in use (409), or the engine is busy: tried again after the next
+        if self.image_cache is not None:
+            self.image_cache.forget(image)
+        return True
+
+    def _evict_images(self, keep: str) -> None:
+        for image in self.image_cache.over_limit():
+            if image != keep:
+                self._remove_image(image)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -274,7 +323,7 @@ class DockerRuntime:
         if container is None:
             # No line of its own: ensure_image says "pulling" when it pulls; a cached image
             # (nearly every launch) goes straight to "creating".
-            self.ensure_image(spec.image, progress)
+            self.ensure_image(spec.image, progress, pull=spec.pull)
             container = self._create_and_start(spec, progress)
         try:
             started = self._published(container, spec)

@@ -100,6 +100,12 @@ class ProcessRuntime:
             )
 
     def start(self, spec: ContainerSpec, progress: Progress) -> Started:
+        if spec.pull is not None:
+            raise RuntimeFailure(
+                f"this host runs instances as processes, without a Docker Engine: it cannot "
+                f"run the image {spec.image}; launch a catalog image, or ask the operator "
+                "for a host with Docker"
+            )
         self.ensure_image(spec.image, progress)
         state = self._running_state(spec.instance_id)
         if state is not None and state["fingerprint"] != spec.fingerprint():

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from gpurental.api.fields import CurrencyField, LocalTimeField, money_field
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import ResolvedImage, image_names_offered, image_resolve
+from gpurental.images.services import ImageRefused, custom_image_resolved
 from gpurental.rentals.selectors import free_gpus
 
 
@@ -126,6 +127,23 @@ def image_resolved(value: str) -> ResolvedImage:
             % {"value": value, "known": _choices(image_names_offered())}
         )
     return resolved
+
+
+def launch_image_resolved(value: str) -> ResolvedImage:
+    """A catalog image (slug or alias), or a customer's own image reference: anything with
+    a ``/``, ``:`` or ``@`` that is not a catalog name (``images.services``)."""
+    if image_resolve(value) is not None or not any(c in value for c in "/:@"):
+        try:
+            return image_resolved(value)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(
+                _("%(error)s; or an image reference such as registry.example.com/team/image:tag")
+                % {"error": exc.detail[0]}
+            ) from exc
+    try:
+        return custom_image_resolved(value)
+    except ImageRefused as exc:
+        raise serializers.ValidationError(exc.message) from exc
 
 
 def image_named(value: str) -> ImageTemplate:

@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpurental.api.catalog.serializers import GpuChoiceSerializer, image_resolved
+from gpurental.api.catalog.serializers import GpuChoiceSerializer, launch_image_resolved
 from gpurental.catalog.selectors import ResolvedImage
 from gpurental.gateway import routes
 from gpurental.gateway.sshroutes import ssh_access
@@ -29,12 +29,27 @@ STATUS_CHOICE_ERROR = format_lazy(
 )
 
 
+class PullProgressSerializer(serializers.Serializer):
+    layers = serializers.IntegerField(help_text="Layers of the image known so far")
+    layers_done = serializers.IntegerField(help_text="Layers downloaded and unpacked")
+    bytes = serializers.IntegerField(help_text="Bytes downloaded (compressed)")
+    total = serializers.IntegerField(help_text="Bytes to download, as far as known")
+    percent = serializers.FloatField()
+
+
 class InstanceEventSerializer(serializers.ModelSerializer):
     at = serializers.DateTimeField(source="created_at", read_only=True)
+    pull = serializers.SerializerMethodField(
+        help_text="While your own image is pulled (step pulling_image): its progress; else null"
+    )
 
     class Meta:
         model = InstanceEvent
-        fields = ["at", "kind", "from_status", "to_status", "step", "reason"]
+        fields = ["at", "kind", "from_status", "to_status", "step", "reason", "pull"]
+
+    @extend_schema_field(PullProgressSerializer(allow_null=True))
+    def get_pull(self, obj) -> dict | None:
+        return (obj.data or {}).get("pull")
 
 
 class SSHAccessSerializer(serializers.Serializer):
@@ -49,6 +64,11 @@ class InstanceSerializer(serializers.ModelSerializer):
     plan = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     image = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    image_ref = serializers.CharField(
+        read_only=True,
+        help_text="Your own image's reference when the launch named one (run with the "
+        "settings of `image`), or ''",
+    )
     image_alias = serializers.CharField(
         read_only=True, help_text="The alias the launch named the image by (pytorch-2.1), or ''"
     )
@@ -78,6 +98,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "gpu_count",
             "plan",
             "image",
+            "image_ref",
             "image_alias",
             "hf_model",
             "hf_model_cached",
@@ -230,7 +251,10 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
     """Either ``plan``, or ``gpu_model`` (+ ``gpu_count``); and an ``image``."""
 
     image = serializers.CharField(
-        max_length=64, help_text="Image slug, or an alias of one (pytorch-2.1)"
+        max_length=300,
+        help_text="Image slug, or an alias of one (pytorch-2.1), or your own image's "
+        "reference (registry.example.com/team/train:1, or …@sha256:…): pulled from its "
+        "registry with the login you saved for it (/api/v1/registry-logins/)",
     )
     name = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
     model = serializers.CharField(
@@ -258,7 +282,7 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
     )
 
     def validate_image(self, value: str) -> ResolvedImage:
-        return image_resolved(value)
+        return launch_image_resolved(value)
 
     def launch_kwargs(self) -> dict:
         data = self.validated_data
@@ -266,6 +290,7 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             **self.plan_kwargs(),
             "image": data["image"].template,
             "image_alias": data["image"].alias,
+            "image_ref": data["image"].reference,
             "hf_model": data.get("model", "").strip(),
             "name": data.get("name", ""),
             "mount_model_cache": data.get("model_repo") == "huggingface",

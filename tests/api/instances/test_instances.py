@@ -36,7 +36,15 @@ def test_launch_by_short_name_any_case_tells_the_agent(launch_via_api, node, ima
     assert data["host"] == "node1" and data["gpu_indices"] == [0, 1]
     assert data["jupyter_url"] is None  # not running yet
     assert [e["to_status"] for e in data["events"]] == ["pending", ""]
-    assert set(data["events"][0]) == {"at", "kind", "from_status", "to_status", "step", "reason"}
+    assert set(data["events"][0]) == {
+        "at",
+        "kind",
+        "from_status",
+        "to_status",
+        "step",
+        "reason",
+        "pull",
+    }
     assert [m["task"] for m in sent] == ["instance_start"]
     assert sent[0]["spec"]["instance_id"] == str(instance.pk)
     assert instance.jupyter_token not in response.content.decode()

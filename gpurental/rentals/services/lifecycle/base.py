@@ -111,8 +111,17 @@ def _refuse(instance: Instance, action: str, allowed: Iterable[str]) -> None:
     )
 
 
-def _progress(instance: Instance, *, step: str, reason: str, now: datetime) -> None:
-    _event(instance, kind=InstanceEvent.Kind.PROGRESS, step=step, reason=reason, created_at=now)
+def _progress(
+    instance: Instance, *, step: str, reason: str, now: datetime, data: dict | None = None
+) -> None:
+    _event(
+        instance,
+        kind=InstanceEvent.Kind.PROGRESS,
+        step=step,
+        reason=reason,
+        created_at=now,
+        data=data or {},
+    )
 
 
 def instance_notice(instance: Instance, *, reason: str, step: str, now: datetime, **data) -> None:

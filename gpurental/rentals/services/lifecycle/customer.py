@@ -16,6 +16,7 @@ from gpurental.billing.services import metering, prepaid
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.fleet.models import GPU, Host
 from gpurental.gateway import sshkeys
+from gpurental.images.selectors import hosts_with_image
 from gpurental.modelcache.selectors import host_has_model, hosts_with_model, models_offered
 from gpurental.rentals import holdings, hostcalls, selectors
 from gpurental.rentals.exceptions import InvalidTransition, RentalError
@@ -72,6 +73,7 @@ def instance_launch(
     name: str = "",
     mount_model_cache: bool = False,
     image_alias: str = "",
+    image_ref: str = "",
     hf_model: str = "",
     idle_stop_minutes: int | None = None,
     group=None,
@@ -118,6 +120,7 @@ def instance_launch(
             group_role=group_role,
             mount_model_cache=mount_model_cache,
             image_alias=image_alias,
+            image_ref=image_ref,
             hf_model=hf_model,
             idle_stop_minutes=plan.idle_stop_minutes
             if idle_stop_minutes is None
@@ -129,7 +132,7 @@ def instance_launch(
             gpu_model=plan.gpu_model,
             count=plan.gpu_count,
             now=now,
-            prefer=hosts_with_model(repo_id=hf_model) if hf_model else None,
+            prefer=_preferred_hosts(hf_model=hf_model, image_ref=image_ref),
         )
         instance.host_id = proposal.host_id
         instance.save(update_fields=["host"])
@@ -159,12 +162,26 @@ def instance_launch(
             )
         gpus = ", ".join(str(g.index) for g in proposal.gpus)
         alias = f" ({image_alias} is an alias of {image.slug})" if image_alias else ""
+        if image_ref:
+            cached = instance.host.images.filter(reference=image_ref).exists()
+            alias = f"; image {image_ref} " + (
+                "is in this host's cache" if cached else "is pulled from its registry"
+            )
         _created(
             instance,
             reason=f"launched on {instance.host.name}, GPUs {gpus}{alias}{model_note}",
             actor=user,
         )
     return instance
+
+
+def _preferred_hosts(*, hf_model: str, image_ref: str):
+    """Hosts placement tries first: those with the launch's model, else its image, cached."""
+    if hf_model:
+        return hosts_with_model(repo_id=hf_model)
+    if image_ref:
+        return hosts_with_image(reference=image_ref)
+    return None
 
 
 def run_secrets(image) -> dict:

@@ -25,7 +25,12 @@ from gpurental.rentals.services.scheduling import gpus_release
 
 
 def instance_report_progress(
-    *, instance_id: str, step: str, message: str, now: datetime | None = None
+    *,
+    instance_id: str,
+    step: str,
+    message: str,
+    data: dict | None = None,
+    now: datetime | None = None,
 ) -> None:
     now = now or timezone.now()
     with transaction.atomic():
@@ -40,7 +45,7 @@ def instance_report_progress(
                 reason="the host agent took the launch",
                 now=now,
             )
-        _progress(instance, step=step[:32], reason=message[:500], now=now)
+        _progress(instance, step=step[:32], reason=message[:500], now=now, data=data)
 
 
 def instance_report_running(
