@@ -40,6 +40,7 @@ from gpurental.client.errors import (
 from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
 from gpurental.client.payments import PaymentsMixin
+from gpurental.client.registries import RegistryLogins
 from gpurental.client.sshkeys import SSHKeys
 from gpurental.client.webhooks import Webhooks
 
@@ -118,6 +119,11 @@ class Client(GroupsMixin, PaymentsMixin):
         return SSHKeys(self)
 
     @property
+    def registry_logins(self) -> RegistryLogins:
+        """Your logins to private registries, for launches of your own images."""
+        return RegistryLogins(self)
+
+    @property
     def webhooks(self) -> Webhooks:
         """Outgoing webhooks: ``.list()``, ``.create(url)``, ``.delete(id)``, ``.deliveries()``,
         ``.resend(delivery_id)``."""
@@ -141,7 +147,8 @@ class Client(GroupsMixin, PaymentsMixin):
         self,
         *,
         gpu_type: str | None = None,
-        framework: str,
+        framework: str | None = None,
+        image: str | None = None,
         model_repo: str | None = None,
         model: str | None = None,
         gpu_count: int = 1,
@@ -153,7 +160,9 @@ class Client(GroupsMixin, PaymentsMixin):
 
         ``gpu_type`` is a GPU model's short name or slug ("A10G") and ``gpu_count`` how
         many; or ``plan`` names a plan, which fixes both. ``framework`` is an image
-        template's slug ("pytorch-2.1"). ``model_repo="huggingface"`` mounts the host's
+        template's slug ("pytorch-2.1"); or ``image`` is your own image's reference
+        ("registry.example.com/team/train:1"), pulled with the login saved for its registry
+        (``client.registry_logins.save``). ``model_repo="huggingface"`` mounts the host's
         shared Hugging Face cache. ``model`` ("sentence-transformers/all-MiniLM-L6-v2")
         asks for a model from the hosts' shared caches: hosts that have it come first
         (``instance.raw["hf_model_cached"]`` says whether this one does; else it downloads
@@ -168,7 +177,9 @@ class Client(GroupsMixin, PaymentsMixin):
             raise ValueError("a plan fixes the GPU count; leave gpu_count= out")
         if not plan and not gpu_type:
             raise ValueError("pass gpu_type= (for example 'A10G') or plan=")
-        body: dict[str, Any] = {"image": framework}
+        if bool(framework) == bool(image):
+            raise ValueError("pass either framework= (a catalog image) or image= (your own)")
+        body: dict[str, Any] = {"image": framework or image}
         if plan:
             body["plan"] = plan
         else:

@@ -58,6 +58,9 @@ class FakeAPI:
             def do_POST(self) -> None:
                 api._serve(self)
 
+            def do_DELETE(self) -> None:
+                api._serve(self)
+
             def log_message(self, *args: Any) -> None:
                 pass
 

@@ -2,7 +2,7 @@
 
     gpurental login [--api-key KEY] [--url URL]
     gpurental gpus
-    gpurental launch (--gpu MODEL [--count N] | --plan SLUG) --image SLUG
+    gpurental launch (--gpu MODEL [--count N] | --plan SLUG) --image SLUG|REGISTRY/REPO:TAG
                      [--name NAME] [--model-repo huggingface] [--idle-stop MINUTES]
                      [--wait | --no-wait]
     gpurental ls [--status STATUS]
@@ -12,6 +12,8 @@
     gpurental idle-stop ID MINUTES|off
     gpurental ssh ID [--print] [-- SSH ARGS…]
     gpurental ssh-keys [list] | ssh-keys add FILE [--name NAME] | ssh-keys delete ID
+    gpurental registry [list] | registry login REGISTRY -u USER [--password-stdin]
+    gpurental registry logout REGISTRY
     gpurental webhooks [list] | webhooks add URL [--events E1,E2] [--description TEXT]
     gpurental webhooks delete ID | webhooks deliveries [--endpoint ID] | webhooks resend ID
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]
@@ -68,6 +70,7 @@ from gpurental.client.cli import (
     groups,
     instances,
     payments,
+    registries,
     reservations,
     ssh,
     webhooks,
@@ -152,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         account,
         instances,
         ssh,
+        registries,
         reservations,
         dedicated,
         groups,

@@ -235,7 +235,13 @@ def add_commands(command: AddCommand) -> None:
     what.add_argument("--gpu", metavar="MODEL", help="GPU model short name or slug (A10G)")
     what.add_argument("--plan", metavar="SLUG", help="a plan (fixes GPU model and count)")
     p.add_argument("--count", type=positive_int, help="GPUs, with --gpu (default 1)")
-    p.add_argument("--image", required=True, metavar="SLUG", help="image (pytorch-2.1)")
+    p.add_argument(
+        "--image",
+        required=True,
+        metavar="SLUG|REFERENCE",
+        help="a catalog image (pytorch-2.1), or your own (ghcr.io/team/train:1), pulled "
+        "with the login saved by `gpurental registry login`",
+    )
     p.add_argument("--name", help="a name to tell instances apart")
     p.add_argument(
         "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"

@@ -1,0 +1,60 @@
+"""`gpurental registry login|list|logout` and the SDK's ``registry_logins``, against the
+stand-in API: what they send, what they print, and the password never echoed."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from gpurental.client import Client
+from tests.client.conftest import API_KEY
+from tests.client.test_cli import logged_in, run  # noqa: F401 - the fixture
+
+LOGIN = {
+    "id": "5b0c5e8e-4f7a-4d5e-9a43-0d7c9c1f0e11",
+    "registry": "ghcr.io",
+    "username": "alice",
+    "created_at": "2026-12-06T10:00:00Z",
+    "updated_at": "2026-12-06T10:00:00Z",
+}
+URL = "/api/v1/registry-logins/"
+
+
+def test_login_reads_the_password_from_stdin_and_never_prints_it(logged_in, capsys, monkeypatch):
+    logged_in.reply("POST", URL, (201, LOGIN))
+    monkeypatch.setattr("sys.stdin", io.StringIO("tok-3141\n"))
+    code, out, err = run(capsys, "registry", "login", "ghcr.io", "-u", "alice", "--password-stdin")
+    assert code == 0, err
+    assert logged_in.requests[-1].body == {
+        "registry": "ghcr.io",
+        "username": "alice",
+        "password": "tok-3141",
+    }
+    assert "Saved the login alice@ghcr.io" in out and "tok-3141" not in out + err
+
+
+def test_login_without_a_terminal_or_stdin_flag_is_a_usage_error(logged_in, capsys):
+    code, _, err = run(capsys, "registry", "login", "ghcr.io", "-u", "alice")
+    assert code == 2 and "--password-stdin" in err
+    assert not logged_in.requests
+
+
+def test_list_and_logout_by_registry_name(logged_in, capsys):
+    logged_in.reply("GET", URL, (200, {"next": None, "results": [LOGIN]}))
+    logged_in.reply("DELETE", f"{URL}{LOGIN['id']}/", (204, None))
+    code, out, _ = run(capsys, "registry", "list")
+    assert code == 0 and "ghcr.io" in out and "alice" in out
+    code, out, err = run(capsys, "registry", "logout", "ghcr.io")
+    assert code == 0, err
+    assert "Deleted the login for ghcr.io" in out
+    assert logged_in.requests[-1].method == "DELETE"
+
+
+def test_the_sdk_launches_your_own_image_by_reference(api):
+    api.reply("POST", "/api/v1/instances/", (201, {"id": "i-1", "status": "pending"}))
+    client = Client(api_key=API_KEY, base_url=api.url)
+    client.create_instance(gpu_type="A10G", image="ghcr.io/team/train:1")
+    assert api.requests[-1].body["image"] == "ghcr.io/team/train:1"
+    with pytest.raises(ValueError, match="either framework= .* or image="):
+        client.create_instance(gpu_type="A10G", framework="pytorch-2.1", image="a/b:1")
