@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy, pgettext
 from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import image_resolve
+from gpurental.images.services import ImageRefused, custom_image_resolved
 from gpurental.modelcache.selectors import models_offered
 
 
@@ -71,6 +72,16 @@ class LaunchForm(forms.Form):
         empty_label=None,
         label=gettext_lazy("Image"),
     )
+    own_image = forms.CharField(
+        max_length=300,
+        required=False,
+        label=gettext_lazy("Or your own image"),
+        widget=forms.TextInput(attrs={"placeholder": "registry.example.com/team/train:1"}),
+        help_text=gettext_lazy(
+            "Optional: an image reference, pulled from its registry with the login saved on "
+            "the Images page; it runs with the settings of the image above"
+        ),
+    )
     model = forms.ChoiceField(
         required=False,
         label=gettext_lazy("Model"),
@@ -94,8 +105,19 @@ class LaunchForm(forms.Form):
         if resolved is not None:
             self.initial["image"] = resolved.template.slug
 
+    def clean_own_image(self):
+        text = self.cleaned_data.get("own_image", "").strip()
+        if not text:
+            return None
+        try:
+            return custom_image_resolved(text)
+        except ImageRefused as exc:
+            raise forms.ValidationError(exc.message) from exc
+
     def clean(self):
         data = super().clean()
+        if own := data.get("own_image"):  # run with the operator's template for such images
+            data["image"], data["image_ref"] = own.template, own.reference
         model, count = data.get("gpu_model"), data.get("gpu_count")
         if (
             model

@@ -7,6 +7,7 @@ from gpurental.console import (
     views_baremetal,
     views_billing_self,
     views_groups,
+    views_images,
     views_language,
     views_notifications,
     views_security,
@@ -68,6 +69,12 @@ urlpatterns = [
     path("keys/", views.api_keys, name="api_keys"),
     path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
     path("ssh-keys/", views_sshkeys.ssh_keys, name="ssh_keys"),
+    path("images/", views_images.images, name="images"),
+    path(
+        "images/logins/<uuid:login_id>/delete/",
+        views_images.registry_login_delete,
+        name="registry_login_delete",
+    ),
     path(
         "ssh-keys/<uuid:key_id>/delete/", views_sshkeys.ssh_key_delete_view, name="ssh_key_delete"
     ),

@@ -131,6 +131,7 @@ def launch(request):
             instance = lifecycle.instance_launch(
                 user=account_of(request),
                 image=data["image"],
+                image_ref=data.get("image_ref", ""),
                 gpu_model=data["gpu_model"],
                 gpu_count=data["gpu_count"],
                 name=data["name"],

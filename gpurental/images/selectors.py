@@ -26,3 +26,8 @@ def hosts_with_image(*, reference: str):
     from gpurental.images.models import HostImage
 
     return HostImage.objects.filter(reference=reference).values("host_id")
+
+
+def registry_logins_of(*, account):
+    """The account's registry logins (never their passwords' plain text)."""
+    return RegistryCredential.objects.filter(account=account).order_by("registry")

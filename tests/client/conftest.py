@@ -191,3 +191,14 @@ def closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def logged_in(api, sleeps, monkeypatch):
+    """The CLI configured for the stand-in API (its key and URL), with nothing on stdin."""
+    import io
+
+    monkeypatch.setenv("GPURENTAL_API_KEY", API_KEY)
+    monkeypatch.setenv("GPURENTAL_URL", api.url)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    return api

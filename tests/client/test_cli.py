@@ -61,14 +61,6 @@ class TTY(io.StringIO):
         return True
 
 
-@pytest.fixture
-def logged_in(api, sleeps, monkeypatch):
-    monkeypatch.setenv("GPURENTAL_API_KEY", API_KEY)
-    monkeypatch.setenv("GPURENTAL_URL", api.url)
-    monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    return api
-
-
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()

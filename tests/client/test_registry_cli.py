@@ -9,7 +9,7 @@ import pytest
 
 from gpurental.client import Client
 from tests.client.conftest import API_KEY
-from tests.client.test_cli import logged_in, run  # noqa: F401 - the fixture
+from tests.client.test_cli import run
 
 LOGIN = {
     "id": "5b0c5e8e-4f7a-4d5e-9a43-0d7c9c1f0e11",

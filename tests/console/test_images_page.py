@@ -1,0 +1,95 @@
+"""The console's Images page and the launch form's own-image field: empty, full and broken,
+a team's logins changed only by its admins, and the password never on a page."""
+
+import pytest
+from django.urls import reverse
+
+from gpurental.images.models import RegistryCredential
+from gpurental.images.services import registry_credential_save
+from gpurental.rentals.models import Instance
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_page_works_empty_then_saves_lists_and_deletes_a_login(client, alice):
+    client.force_login(alice)
+    page = client.get(reverse("images")).text
+    assert "No registry logins yet" in page
+    response = client.post(
+        reverse("images"),
+        {"registry": "ghcr.io", "username": "alice", "password": "tok-3141"},
+        follow=True,
+    )
+    assert "Login alice@ghcr.io saved." in response.text
+    assert "tok-3141" not in response.text
+    login = RegistryCredential.objects.get(account=alice)
+    response = client.post(reverse("registry_login_delete", args=[login.pk]), follow=True)
+    assert "Login for ghcr.io deleted." in response.text
+    assert not RegistryCredential.objects.exists()
+
+
+def test_a_bad_registry_is_shown_on_its_field(client, alice):
+    client.force_login(alice)
+    page = client.post(
+        reverse("images"), {"registry": "not a host", "username": "a", "password": "p"}
+    ).text
+    assert "a registry is a host name or address" in page
+    assert not RegistryCredential.objects.exists()
+
+
+def test_another_customer_cannot_delete_a_login(client, alice, bob):
+    login = registry_credential_save(
+        account=alice, registry="ghcr.io", username="a", password="p", actor=alice
+    )
+    client.force_login(bob)
+    assert client.post(reverse("registry_login_delete", args=[login.pk])).status_code == 404
+    assert 'id="registry-logins"' not in client.get(reverse("images")).text
+    assert RegistryCredential.objects.filter(pk=login.pk).exists()
+
+
+def test_a_team_member_sees_the_team_s_logins_but_only_admins_change_them(client, alice, bob):
+    from gpurental.teams.models import Membership
+    from gpurental.teams.services import team_create
+
+    team = team_create(creator=alice, name="Lab")
+    Membership.objects.create(team=team, user=bob, role="member")
+    registry_credential_save(
+        account=team.account, registry="ghcr.io", username="lab", password="p", actor=alice
+    )
+    client.force_login(bob)
+    session = client.session
+    session["acting_team"] = team.pk
+    session.save()
+    page = client.get(reverse("images")).text
+    assert "lab" in page and "Save login" not in page
+    refused = client.post(reverse("images"), {"registry": "x.io", "username": "b", "password": "p"})
+    assert refused.status_code == 403
+
+
+def test_the_launch_form_takes_your_own_image(
+    client, alice, a100, make_host, image, sent, django_capture_on_commit_callbacks
+):
+    make_host("node1", a100)
+    client.force_login(alice)
+    ref = "registry.example.com/alice/train:1"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("launch"),
+            {"gpu_model": a100.slug, "gpu_count": 1, "image": image.slug, "own_image": ref},
+        )
+    instance = Instance.objects.get()
+    assert response.status_code == 302 and instance.image_ref == ref
+    assert sent[0]["spec"]["image"] == ref
+
+
+def test_a_malformed_own_image_is_shown_on_its_field_and_nothing_is_launched(
+    client, alice, a100, make_host, image, sent
+):
+    make_host("node1", a100)
+    client.force_login(alice)
+    page = client.post(
+        reverse("launch"),
+        {"gpu_model": a100.slug, "gpu_count": 1, "image": image.slug, "own_image": "Bad/Ref"},
+    ).text
+    assert "must be lowercase letters and digits" in page
+    assert not Instance.objects.exists() and not sent
