@@ -151,7 +151,11 @@ ACCEPTANCE_RUN = "gpurental.agent.acceptance_run"
 # "repo_id"} | {"action": "evict", "repo_id"} | {"action": "list"}, with a request_id;
 # MODELCACHE_REPORT's kinds out. "source" names a file in the agent's import directory.
 MODELCACHE = "gpurental.agent.modelcache"
-AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE)
+# Save an instance's container as an image (gpurental/images/): {"saved_image_id",
+# "instance_id", "reference", "sealed"} in, the push's login sealed ({"registry_auth"}) for
+# that host; IMAGE_REPORT's kinds out.
+IMAGE_SAVE = "gpurental.agent.image_save"
+AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE, IMAGE_SAVE)
 
 SPEC_VERSION = 4
 # Every field of a version-4 start spec (version 1 carried a host path to mount; version 2
@@ -230,6 +234,16 @@ def spec_open(key: bytes, spec: dict) -> dict:
     return opened
 
 
+def secrets_open(key: bytes, sealed: str) -> dict:
+    """Secrets sealed for this host (``spec_seal``) outside a start spec; SpecRefused when
+    this host's key cannot open them."""
+    try:
+        secrets = json.loads(Fernet(key).decrypt(str(sealed).encode()))
+    except (InvalidToken, ValueError) as exc:
+        raise SpecRefused("the secrets are not sealed for this host") from exc
+    return secrets if isinstance(secrets, dict) else {}
+
+
 def spec_check(spec: dict) -> dict:
     """The spec without its version, or SpecRefused saying why it cannot be run."""
     version = spec.get("spec_version")
@@ -261,8 +275,22 @@ INSTANCE_REPORT = "gpurental.rentals.tasks.instance_report"
 TELEMETRY = "gpurental.telemetry.tasks.telemetry_record"
 ACCEPTANCE_REPORT = "gpurental.acceptance.tasks.acceptance_report"
 MODELCACHE_REPORT = "gpurental.modelcache.tasks.modelcache_report"
+IMAGE_REPORT = "gpurental.rentals.tasks.image_report"
 # The only tasks the control plane runs from a host: the allow-list of the reports queue.
-CONTROL_TASKS = (HEARTBEAT, INSTANCE_REPORT, TELEMETRY, ACCEPTANCE_REPORT, MODELCACHE_REPORT)
+CONTROL_TASKS = (
+    HEARTBEAT,
+    INSTANCE_REPORT,
+    TELEMETRY,
+    ACCEPTANCE_REPORT,
+    MODELCACHE_REPORT,
+    IMAGE_REPORT,
+)
+# What a report about saving an image (IMAGE_SAVE) may say, and the data each carries.
+IMAGE_KINDS = {
+    "progress": ("saved_image_id", "message", "percent"),
+    "saved": ("saved_image_id", "size_bytes", "digest"),
+    "failed": ("saved_image_id", "reason"),
+}
 # What a model cache report may say, and the data each kind carries. Every request ends
 # with a "listing": what the cache holds now, which the control plane's catalog follows.
 MODELCACHE_KINDS = {

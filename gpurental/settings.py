@@ -410,6 +410,7 @@ SPECTACULAR_SETTINGS = {
         "InterconnectEnum": "gpurental.catalog.models.Interconnect",
         "PaymentStatusEnum": "gpurental.billing.models_credit.PaymentStatus",
         "PaymentKindEnum": "gpurental.billing.models_credit.Payment.Kind",
+        "SavedImageStatusEnum": "gpurental.images.models.SavedImageStatus",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -577,6 +578,12 @@ CUSTOM_IMAGE_REGISTRIES = env_list("CUSTOM_IMAGE_REGISTRIES", "*")
 CUSTOM_IMAGE_MAX_GB = env_int("CUSTOM_IMAGE_MAX_GB", 50)
 CUSTOM_IMAGE_PULL_TIMEOUT = env_int("CUSTOM_IMAGE_PULL_TIMEOUT", 1800)
 CUSTOM_IMAGE_TEMPLATE = os.environ.get("CUSTOM_IMAGE_TEMPLATE", "jupyter-cpu")
+# The platform's own registry (host[:port], e.g. Debian's docker-registry; make demo starts
+# one on 127.0.0.1:5000), where customers' saved images go; "" = saving images is off.
+# Hosts push and pull there with this login (empty: a registry without logins).
+PLATFORM_REGISTRY = os.environ.get("PLATFORM_REGISTRY", "")
+PLATFORM_REGISTRY_USERNAME = os.environ.get("PLATFORM_REGISTRY_USERNAME", "")
+PLATFORM_REGISTRY_PASSWORD = os.environ.get("PLATFORM_REGISTRY_PASSWORD", "")
 # Registry passwords are encrypted under REGISTRY_SECRET_KEY (default SECRET_KEY).
 REGISTRY_SECRET_KEY = os.environ.get("REGISTRY_SECRET_KEY", "") or SECRET_KEY
 # /dev/shm of a dedicated host's container (NCCL's shared-memory transport), in MiB.

@@ -13,6 +13,13 @@
 #   DOCKERD_LOG          log file (default /var/log/dockerd.log)
 #   DOCKERD_WAIT_S       how long to wait for the engine to answer (default 60)
 #   DOCKERD_EXTRA_ARGS   extra dockerd flags, appended as given
+#   DOCKERD_USERNS_REMAP user-namespace remapping (default "default": root in a container
+#                        is an unprivileged uid of the subordinate range of the dockremap
+#                        user on the host); "off" to start without it
+#
+# Instances run as root inside their containers (customers install packages), so the
+# engine must remap: `docker info` then lists "userns" among its security options. An
+# engine that already answers without it is left running, with a warning.
 set -euo pipefail
 
 LOG=${DOCKERD_LOG:-/var/log/dockerd.log}
@@ -23,8 +30,15 @@ die() { echo "[docker-engine] error: $*" >&2; exit 1; }
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
+USERNS=${DOCKERD_USERNS_REMAP:-default}
+
 if command -v docker >/dev/null 2>&1 && engine_answers; then
     say "engine already answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null)); nothing to do"
+    if [ "$USERNS" != "off" ] && ! docker info --format '{{.SecurityOptions}}' 2>/dev/null | grep -q userns; then
+        say "warning: this engine does not remap user namespaces: a container's root is the"
+        say "host's root. Restart it with --userns-remap=default (\"userns-remap\": \"default\""
+        say "in /etc/docker/daemon.json), then rebuild the images (make images)"
+    fi
     exit 0
 fi
 
@@ -78,6 +92,12 @@ wait_for_engine() {
 
 start_dockerd() {
     local -a args=(--log-level=warn)
+    if [ "$USERNS" != "off" ]; then
+        # Containers' root is an unprivileged uid on the host (dockerd adds the dockremap
+        # user and its /etc/subuid range the first time). Images live under a root of
+        # their own (/var/lib/docker/<uid>.<gid>): build them after this switch.
+        args+=(--userns-remap="$USERNS")
+    fi
     # --iptables=false is only a fallback: published ports then still work through
     # docker-proxy (the userland proxy listens on the host address and forwards
     # over the bridge), but containers lose NAT to the outside world.

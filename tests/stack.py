@@ -303,7 +303,18 @@ def web_alone(transactional_db, tmp_path):
 
 # --- the image registry: customers' own images (gpurental/images/) -----------------------
 
-REGISTRY_USERS = {"alice": "alice-registry-pw"}
+# alice: a customer's own login; platform: the hosts' login to the platform's registry
+# (PLATFORM_REGISTRY_USERNAME), where saved images go.
+REGISTRY_USERS = {"alice": "alice-registry-pw", "platform": "platform-registry-pw"}
+
+
+@pytest.fixture
+def platform_registry(registry, settings):
+    """The test registry as the platform's own (saved images), with the hosts' login."""
+    settings.PLATFORM_REGISTRY = registry.address
+    settings.PLATFORM_REGISTRY_USERNAME = "platform"
+    settings.PLATFORM_REGISTRY_PASSWORD = REGISTRY_USERS["platform"]
+    return registry
 
 
 @pytest.fixture(scope="session")

@@ -93,7 +93,13 @@ def _prepared(runtime, config: AgentConfig):
         if config.net_pool
         else "no network sandboxes kept ready (GPURENTAL_NET_POOL=0)"
     )
-    return runtime, f"docker, on the tenant network; {pool}"
+    users = (
+        "containers' root remapped to an unprivileged host uid"
+        if runtime.remaps_users()
+        else "WARNING: the engine does not remap user namespaces, so a container's root is "
+        "the host's root (with few capabilities); start dockerd with --userns-remap=default"
+    )
+    return runtime, f"docker, on the tenant network; {pool}; {users}"
 
 
 def make_sampler(config: AgentConfig, source, holdings: Holdings, reporter: ControlReporter):

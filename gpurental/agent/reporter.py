@@ -128,6 +128,11 @@ class ControlReporter:
         log.info("model cache: %s %s", kind, {k: v for k, v in data.items() if k != "repos"})
         self._send(protocol.MODELCACHE_REPORT, kind=kind, data=data, sent_at=time.time())
 
+    def image(self, kind: str, **data) -> None:
+        """What became of a request to save an instance as an image (``IMAGE_KINDS``)."""
+        log.info("image save: %s %s", kind, data)
+        self._send(protocol.IMAGE_REPORT, kind=kind, data=data, sent_at=time.time())
+
     def telemetry(self, minutes: list[dict], simulated: bool) -> None:
         """Finished per-minute GPU aggregates (see ``sampler.MinuteAggregator``)."""
         # Still worth writing when late (history, paid vs used), but not after hours.

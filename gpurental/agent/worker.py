@@ -113,6 +113,15 @@ def _register(app: Celery) -> None:
 
             run(_current(), payload)
 
+    # Save an instance's container as an image and push it (agent/imagesave.py). Not
+    # retried: the outcome is reported either way, and the customer asks again.
+    @app.task(name=protocol.IMAGE_SAVE, time_limit=2 * 3600, soft_time_limit=2 * 3600 - 60)
+    def image_save(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            from gpurental.agent.imagesave import image_save_command
+
+            image_save_command(_current(), payload)
+
     # The shared Hugging Face cache: fill, evict, list (agent/modelcache.py). Not retried:
     # the outcome is reported either way, and the operator asks again.
     @app.task(name=protocol.MODELCACHE, time_limit=3 * 3600, soft_time_limit=3 * 3600 - 60)

@@ -13,6 +13,7 @@ from gpurental.api.notifications import urls as notifications
 from gpurental.api.payments import urls as payments
 from gpurental.api.registries import urls as registries
 from gpurental.api.reservations import urls as reservations
+from gpurental.api.savedimages import urls as savedimages
 from gpurental.api.sshkeys import urls as sshkeys
 from gpurental.api.teams import urls as teams
 
@@ -23,6 +24,7 @@ RESOURCES = [
     account,
     sshkeys,
     registries,
+    savedimages,
     reservations,
     billing,
     groups,

@@ -40,7 +40,7 @@ from gpurental.client.errors import (
 from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
 from gpurental.client.payments import PaymentsMixin
-from gpurental.client.registries import RegistryLogins
+from gpurental.client.registries import RegistryLogins, SavedImages
 from gpurental.client.sshkeys import SSHKeys
 from gpurental.client.webhooks import Webhooks
 
@@ -122,6 +122,11 @@ class Client(GroupsMixin, PaymentsMixin):
     def registry_logins(self) -> RegistryLogins:
         """Your logins to private registries, for launches of your own images."""
         return RegistryLogins(self)
+
+    @property
+    def saved_images(self) -> SavedImages:
+        """Your instances saved as images: ``.save(instance, name)``, ``.list()``, ``.delete``."""
+        return SavedImages(self)
 
     @property
     def webhooks(self) -> Webhooks:

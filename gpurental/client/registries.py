@@ -1,9 +1,10 @@
-"""Registry logins in the SDK: ``client.registry_logins.save(registry, username, password)
+"""Your own images in the SDK. Registry logins: ``client.registry_logins.save(registry, username, password)
 / list() / delete(id or registry)``. A launch of ``image="<registry>/<repo>:<tag>"`` pulls
 with the login saved for its registry; the password never comes back."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -65,3 +66,81 @@ class RegistryLogins:
                 raise GpuRentalError(f"no registry login for {login!r}")
             login_id = matches[0]
         self._client._request("DELETE", f"registry-logins/{quote(login_id, safe='')}/")
+
+
+@dataclass
+class SavedImage:
+    """One of your saved images: launch it with ``create_instance(image=saved.reference)``."""
+
+    id: str
+    name: str
+    reference: str
+    status: str  # saving, ready, failed
+    status_reason: str
+    size_bytes: int
+    created_at: datetime | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: Any) -> SavedImage:
+        if not isinstance(data, dict):
+            raise GpuRentalError("the server sent no saved image")
+        return cls(
+            id=str(data.get("id", "")),
+            name=data.get("name", ""),
+            reference=data.get("reference", ""),
+            status=data.get("status", ""),
+            status_reason=data.get("status_reason", ""),
+            size_bytes=int(data.get("size_bytes") or 0),
+            created_at=_parse_time(data.get("created_at")),
+            raw=data,
+        )
+
+
+class SavedImages:
+    """``client.saved_images``: ``list()``, ``get(id)``, ``delete(id or name)``, and
+    ``save(instance, name, wait=True)``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> list[SavedImage]:
+        return [SavedImage.from_api(item) for item in self._client._list("saved-images/")]
+
+    def get(self, image_id: str) -> SavedImage:
+        return SavedImage.from_api(
+            self._client._get_json(f"saved-images/{quote(image_id, safe='')}/")
+        )
+
+    def save(
+        self, instance: Any, name: str, *, wait: bool = True, timeout: float = 1800
+    ) -> SavedImage:
+        """Save a running instance as the image ``name``; with ``wait``, until it is ready
+        (GpuRentalError when it fails, with the host's reason)."""
+        image = SavedImage.from_api(
+            self._client._request(
+                "POST",
+                f"instances/{self._client._quote(instance)}/save-image/",
+                json_body={"name": name},
+            )
+        )
+        deadline = time.monotonic() + timeout
+        while wait and image.status == "saving":
+            if time.monotonic() > deadline:
+                raise GpuRentalError(f"image {name} is still saving after {timeout:.0f} s")
+            time.sleep(1)
+            image = self.get(image.id)
+        if image.status == "failed":
+            raise GpuRentalError(f"saving image {name} failed: {image.status_reason}")
+        return image
+
+    def delete(self, image: SavedImage | str) -> None:
+        """Delete a saved image, by its id or its name."""
+        if isinstance(image, SavedImage):
+            image_id = image.id
+        else:
+            matches = [item.id for item in self.list() if image in (item.id, item.name)]
+            if not matches:
+                raise GpuRentalError(f"no saved image {image!r}")
+            image_id = matches[0]
+        self._client._request("DELETE", f"saved-images/{quote(image_id, safe='')}/")

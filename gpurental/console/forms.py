@@ -97,8 +97,9 @@ class LaunchForm(forms.Form):
         help_text=gettext_lazy("Optional, to recognise it by"),
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, account=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.account = account  # whose saved images the own-image field may name
         self.fields["model"].choices = [("", _("none"))] + [(m, m) for m in models_offered()]
         # ?image=pytorch-2.1 (an alias) preselects the image it names.
         resolved = image_resolve(str(self.initial.get("image", "")))
@@ -110,7 +111,7 @@ class LaunchForm(forms.Form):
         if not text:
             return None
         try:
-            return custom_image_resolved(text)
+            return custom_image_resolved(text, account=self.account)
         except ImageRefused as exc:
             raise forms.ValidationError(exc.message) from exc
 

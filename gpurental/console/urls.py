@@ -57,6 +57,11 @@ urlpatterns = [
         name="instance_idle_policy",
     ),
     path(
+        "instances/<uuid:instance_id>/save-image/",
+        views_images.instance_save_image,
+        name="instance_save_image",
+    ),
+    path(
         "instances/<uuid:instance_id>/<str:action>/", views.instance_action, name="instance_action"
     ),
     path("dedicated/", views_baremetal.leases, name="leases"),
@@ -70,6 +75,11 @@ urlpatterns = [
     path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
     path("ssh-keys/", views_sshkeys.ssh_keys, name="ssh_keys"),
     path("images/", views_images.images, name="images"),
+    path(
+        "images/saved/<uuid:image_id>/delete/",
+        views_images.saved_image_delete_view,
+        name="saved_image_delete",
+    ),
     path(
         "images/logins/<uuid:login_id>/delete/",
         views_images.registry_login_delete,

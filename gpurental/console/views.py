@@ -121,8 +121,12 @@ def dashboard_instances(request):
 
 @login_required
 def launch(request):
-    initial = {k: request.GET[k] for k in ("gpu_model", "gpu_count", "image") if k in request.GET}
-    form = LaunchForm(request.POST or None, initial=initial)
+    initial = {
+        k: request.GET[k]
+        for k in ("gpu_model", "gpu_count", "image", "own_image")
+        if k in request.GET
+    }
+    form = LaunchForm(request.POST or None, initial=initial, account=account_of(request))
     if request.method == "POST":
         require_role(request, roles.OPERATE)
     if request.method == "POST" and form.is_valid():

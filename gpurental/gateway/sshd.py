@@ -7,8 +7,8 @@
   runs (``sshroutes.ssh_login``). Every other case is the same refusal. A connection may
   try MAX_AUTH_TRIES keys, then it is closed.
 - The gateway then logs in to the container's sshd, published on the instance's host
-  (bind address, never public), as ``jovyan`` with its own client key, and trusts only this
-  run's host key. Customers' keys never reach a host.
+  (bind address, never public), as the container's user (``sshroutes.container_user``,
+  root) with its own client key, and trusts only this run's host key. Customers' keys never reach a host.
 - Sessions (shell with a pty, exec, sftp and other subsystems) are relayed channel to
   channel, with window changes, signals and exit statuses. ``ssh -L`` (direct-tcpip) is
   opened by the container's sshd, inside the container's network: never from the gateway
@@ -370,7 +370,7 @@ class GatewayServer(asyncssh.SSHServer):
             asyncssh.connect(
                 target.address,
                 target.port,
-                username="jovyan",
+                username=target.container_user,
                 client_keys=[self._client_key],
                 known_hosts=([asyncssh.import_public_key(target.host_public_key)], [], []),
                 agent_path=None,

@@ -21,8 +21,16 @@ from gpurental.gateway import sshkeys
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.teams import roles
 
-# The user inside instance images (images/README.md); their sshd can log in no one else.
-CONTAINER_USER = "jovyan"
+# The user inside instance images (images/README.md): root, which the engine remaps; on a
+# leased host's own network (no remapping there), jovyan. Their sshd logs in no one else.
+CONTAINER_USER, UNMAPPED_CONTAINER_USER = "root", "jovyan"
+
+
+def container_user(instance: Instance) -> str:
+    """Whom the gateway logs in as in this instance's container."""
+    if instance.lease_id is not None and instance.lease.host_network:
+        return UNMAPPED_CONTAINER_USER
+    return CONTAINER_USER
 
 
 def ssh_access(instance: Instance) -> dict | None:
@@ -60,6 +68,7 @@ class Upstream:
     # holder's generation has moved on since (a password reset, "log out everywhere") ends.
     holder_id: int = 0
     generation: int = 0
+    container_user: str = CONTAINER_USER  # whom to log in as inside (container_user)
 
 
 def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
@@ -69,7 +78,7 @@ def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
     except ValueError:
         return None
     instance = (
-        Instance.objects.select_related("image", "host", "user")
+        Instance.objects.select_related("image", "host", "user", "lease")
         .filter(pk=pk, status=InstanceStatus.RUNNING, user__is_active=True)
         .first()
     )
@@ -101,4 +110,5 @@ def ssh_login(*, instance_id: str, public_key_line: str) -> Upstream | None:
         host_public_key=sshkeys.public_key_of(instance.ssh_host_key),
         holder_id=key.user_id,
         generation=key.user.credentials_generation,
+        container_user=container_user(instance),
     )

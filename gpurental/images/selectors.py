@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpurental.images import secrets
 from gpurental.images.models import RegistryCredential
 
@@ -31,3 +33,54 @@ def hosts_with_image(*, reference: str):
 def registry_logins_of(*, account):
     """The account's registry logins (never their passwords' plain text)."""
     return RegistryCredential.objects.filter(account=account).order_by("registry")
+
+
+def platform_registry_auth() -> dict | None:
+    """The hosts' login to the platform's registry (None: it takes no login)."""
+    from django.conf import settings
+
+    if not settings.PLATFORM_REGISTRY_USERNAME:
+        return None
+    return {
+        "username": settings.PLATFORM_REGISTRY_USERNAME,
+        "password": settings.PLATFORM_REGISTRY_PASSWORD,
+        "serveraddress": settings.PLATFORM_REGISTRY,
+    }
+
+
+def is_platform_registry(registry: str) -> bool:
+    from django.conf import settings
+
+    return (
+        bool(settings.PLATFORM_REGISTRY) and registry.lower() == settings.PLATFORM_REGISTRY.lower()
+    )
+
+
+def saved_images_of(*, account):
+    """The account's saved images, newest first, the deleted ones left out."""
+    from gpurental.images.models import SavedImage, SavedImageStatus
+
+    return SavedImage.objects.filter(account=account).exclude(status=SavedImageStatus.DELETED)
+
+
+def saved_image_by_reference(*, account, reference: str):
+    """The account's ready saved image with this reference, or None (another account's is
+    None too: nothing says it exists)."""
+    from gpurental.images.models import SavedImage, SavedImageStatus
+
+    return (
+        SavedImage.objects.filter(
+            account=account, reference=reference, status=SavedImageStatus.READY
+        )
+        .select_related("template")
+        .first()
+    )
+
+
+def is_saved_image(reference) -> bool:
+    """Whether an image reference (``imagerefs.Reference``) names a saved image: on the
+    platform's registry, under an account's folder ``a<account id>/``. Other paths there
+    are pulled like any registry's, with the account's own login."""
+    return is_platform_registry(reference.registry) and bool(
+        re.match(r"a[0-9]+/", reference.repository)
+    )

@@ -15,6 +15,7 @@ from gpurental.catalog.models import ImageTemplate
 from gpurental.catalog.selectors import ResolvedImage
 from gpurental.images import secrets
 from gpurental.images.models import RegistryCredential
+from gpurental.images.selectors import is_saved_image, saved_image_by_reference
 
 
 class ImageRefused(ValueError):
@@ -27,12 +28,16 @@ class ImageRefused(ValueError):
 
 def custom_image_check(text: str) -> references.Reference:
     """The reference a launch names, if it is one and the operator's policy admits its
-    registry (``CUSTOM_IMAGE_REGISTRIES``); ImageRefused otherwise."""
+    registry (``CUSTOM_IMAGE_REGISTRIES``; saved images on the platform's own always);
+    ImageRefused
+    otherwise."""
     try:
         reference = references.parse(text)
     except references.BadReference as exc:
         raise ImageRefused(str(exc)) from exc
     allowed = settings.CUSTOM_IMAGE_REGISTRIES
+    if is_saved_image(reference):
+        return reference
     if not references.registry_allowed(reference.registry, allowed):
         raise ImageRefused(
             _(
@@ -48,10 +53,19 @@ def custom_image_check(text: str) -> references.Reference:
     return reference
 
 
-def custom_image_resolved(text: str):
+def custom_image_resolved(text: str, *, account=None) -> ResolvedImage:
     """A launch of a customer's own image: its reference, run with the settings of the
-    catalog template ``CUSTOM_IMAGE_TEMPLATE``; ImageRefused when either is missing."""
+    catalog template ``CUSTOM_IMAGE_TEMPLATE``; or one of the account's saved images (on
+    the platform's registry), run with its instance's template. ImageRefused otherwise."""
     reference = custom_image_check(text)
+    if is_saved_image(reference):
+        saved = saved_image_by_reference(account=account, reference=str(reference))
+        if saved is None:
+            raise ImageRefused(
+                _("%(image)s is none of your saved images that are ready")
+                % {"image": str(reference)}
+            )
+        return ResolvedImage(saved.template, "", saved.reference)
     template = ImageTemplate.objects.filter(slug=settings.CUSTOM_IMAGE_TEMPLATE).first()
     if template is None:
         raise ImageRefused(

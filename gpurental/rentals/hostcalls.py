@@ -9,7 +9,11 @@ from gpurental import imagerefs, protocol
 from gpurental.celery_app import app  # noqa: F401 - the app hostlink sends with (tests patch it)
 from gpurental.fleet import hostlink
 from gpurental.gateway import sshkeys
-from gpurental.images.selectors import registry_auth
+from gpurental.images.selectors import (
+    is_saved_image,
+    platform_registry_auth,
+    registry_auth,
+)
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
 
@@ -76,10 +80,14 @@ def _pull(instance: Instance) -> dict:
 
 
 def _registry_auth(instance: Instance) -> dict | None:
+    """The login the host pulls the instance's own image with: the platform's for a saved
+    image (its registry), else the one the account saved for that registry, if any."""
     if not instance.image_ref:
         return None
-    registry = imagerefs.parse(instance.image_ref).registry
-    return registry_auth(account_id=instance.user_id, registry=registry)
+    reference = imagerefs.parse(instance.image_ref)
+    if is_saved_image(reference):
+        return platform_registry_auth()
+    return registry_auth(account_id=instance.user_id, registry=reference.registry)
 
 
 def _dedicated(instance: Instance) -> dict:

@@ -14,6 +14,7 @@ from gpurental.fleet.hostlink import MessageRefused, receive, refuse_message
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services import lifecycle, reservations
 from gpurental.rentals.services.reconcile import reconcile_pass
+from gpurental.rentals.services.saving import image_report_receive
 
 log = logging.getLogger(__name__)
 
@@ -124,3 +125,12 @@ def reconcile() -> None:
 def reservations_tick() -> dict:
     """Launch reservations at their start, warn before their end, stop them at the end."""
     return reservations.reservations_tick()
+
+
+@app.task(name=protocol.IMAGE_REPORT, time_limit=60, soft_time_limit=50)
+def image_report(**message) -> None:
+    """A host's report on saving an instance as an image (rentals/services/saving.py)."""
+    try:
+        image_report_receive(message=message, now=timezone.now())
+    except MessageRefused as exc:
+        log.warning("%s", exc)

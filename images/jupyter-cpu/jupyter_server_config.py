@@ -12,3 +12,5 @@ c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
 c.ServerApp.jpserver_extensions = {"gpurental_gateway_ext": True}
 c.ServerApp.trust_xheaders = True
 c.ServerApp.websocket_ping_interval = 30
+# The customer is root in the container (the engine maps it to an unprivileged host uid).
+c.ServerApp.allow_root = True

@@ -1,17 +1,23 @@
 #!/bin/bash
-# Entrypoint of gpurental's instance images (run by tini as the container user, uid 1000).
+# Entrypoint of gpurental's instance images (run by tini as the container's user: root,
+# which the engine remaps to an unprivileged host uid; jovyan where it cannot remap).
 #
 # When the platform gives the container an sshd port (GPURENTAL_SSH_PORT), start sshd as
 # this user before JupyterLab. Only the platform's SSH gateway may log in: the one line in
 # authorized_keys is the gateway's client key; customers' keys never reach the host. The
 # host key is new at every run, and the gateway checks it against the platform's copy.
 #
-# sshd runs unprivileged (the container has no capabilities and no-new-privileges), so it
-# can only log in as its own user, jovyan, which is the point. Then exec "$@".
+# sshd logs in only the user it runs as (root, or jovyan), which the gateway asks for.
+# As root it separates privileges into /run/sshd (the container keeps SYS_CHROOT for it).
+# Then exec "$@".
 set -euo pipefail
 
 start_sshd() {
-    local dir=/run/gpurental-ssh config
+    local dir="/run/gpurental-ssh/$(id -un)" config permit=no
+    if [ "$(id -u)" -eq 0 ]; then
+        mkdir -p /run/sshd && chmod 0755 /run/sshd
+        permit=prohibit-password
+    fi
     mkdir -p "$dir"
     chmod 0700 "$dir"
     umask 077
@@ -28,7 +34,11 @@ start_sshd() {
         echo "PubkeyAuthentication yes"
         echo "PasswordAuthentication no"
         echo "KbdInteractiveAuthentication no"
-        echo "PermitRootLogin no"
+        echo "PermitRootLogin $permit"
+        # The keys live in a 0700 folder of the user's own, under /run/gpurental-ssh (1777,
+        # so that root and jovyan can each make theirs): sshd's StrictModes would refuse
+        # that parent's mode.
+        echo "StrictModes no"
         echo "AllowUsers $(id -un)"
         echo "UsePAM no"
         echo "AllowTcpForwarding yes"

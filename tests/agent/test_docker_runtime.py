@@ -8,7 +8,12 @@ import requests
 
 from gpurental.agent.runtimes import ImageNotFound, RuntimeFailure
 from gpurental.agent.runtimes.base import LABEL_INSTANCE, LABEL_MANAGED, ignore_progress
-from gpurental.agent.runtimes.docker import container_name, create_kwargs, volume_name
+from gpurental.agent.runtimes.docker import (
+    ROOT_CAPABILITIES,
+    container_name,
+    create_kwargs,
+    volume_name,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -68,12 +73,16 @@ def test_container_is_hardened_and_limited(running):
     assert host["Privileged"] is False
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
     assert host["CapDrop"] == ["ALL"]
-    assert not host["CapAdd"]
+    # Root inside needs these few back (chown, apt's setuid to _apt, sshd's chroot); never
+    # SYS_ADMIN, NET_ADMIN or NET_RAW.
+    assert sorted(host["CapAdd"]) == sorted(ROOT_CAPABILITIES)
+    assert not {"SYS_ADMIN", "NET_ADMIN", "NET_RAW", "CAP_SYS_ADMIN"} & set(host["CapAdd"])
     assert host["PidsLimit"] == 256
     assert host["Memory"] == 768 * 1024 * 1024
     assert host["NanoCpus"] == 1_500_000_000
     assert not host["DeviceRequests"]
-    assert inspect["Config"]["User"] == "1000:1000"
+    assert inspect["Config"]["User"] in ("", "root")  # the image's user: root
+    assert host["UsernsMode"] == ""  # the engine's remapping applies (not "host")
     sources = [m.get("Source", "") for m in inspect["Mounts"]]
     assert not any("docker.sock" in source for source in sources)
 

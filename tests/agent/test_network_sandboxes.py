@@ -119,7 +119,7 @@ def test_a_sandbox_is_hardened_and_only_sleeps(runtime, make_spec):
     assert not attrs["Config"]["Env"] or not any(
         e.startswith("JUPYTER_TOKEN") for e in attrs["Config"]["Env"]
     )
-    assert attrs["Config"]["User"] == "1000:1000"
+    assert attrs["Config"]["User"] == "65534:65534"  # nobody: it only sleeps
 
 
 def test_removing_or_stopping_an_instance_removes_its_sandbox(runtime, make_spec):

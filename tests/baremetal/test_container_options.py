@@ -82,6 +82,24 @@ def test_host_networking_replaces_the_tenant_network_and_publishes_nothing():
     assert kwargs["network_mode"] == "host"
     assert kwargs["network"] is None and kwargs["ports"] is None
     assert {k: kwargs[k] for k in HARDENING} == HARDENING
+    # The engine cannot remap users with the host's network: not root, no capabilities.
+    assert kwargs["userns_mode"] == "host" and kwargs["user"] == "1000:1000"
+    assert kwargs["cap_add"] is None and kwargs["environment"]["HOME"] == "/workspace"
+
+
+def test_elsewhere_root_keeps_only_the_few_capabilities_it_needs():
+    kwargs = create_kwargs(spec(dedicated=True, shm_size_mb=1024))
+    assert "userns_mode" not in kwargs and "user" not in kwargs
+    assert set(kwargs["cap_add"]) == {
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "SETUID",
+        "SETGID",
+        "KILL",
+        "SYS_CHROOT",
+    }
 
 
 def test_rdma_devices_come_from_the_agent_s_own_dev_and_only_when_present(tmp_path):

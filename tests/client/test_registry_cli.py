@@ -58,3 +58,39 @@ def test_the_sdk_launches_your_own_image_by_reference(api):
     assert api.requests[-1].body["image"] == "ghcr.io/team/train:1"
     with pytest.raises(ValueError, match="either framework= .* or image="):
         client.create_instance(gpu_type="A10G", framework="pytorch-2.1", image="a/b:1")
+
+
+SAVED = {
+    "id": "0c3f0c1e-8f4b-4c8e-9d55-7d2a3c1b9e01",
+    "name": "with-hello",
+    "reference": "127.0.0.1:5000/a7/with-hello:20261206-120000",
+    "status": "saving",
+    "status_reason": "",
+    "size_bytes": 0,
+    "created_at": "2026-12-06T12:00:00Z",
+}
+
+
+def test_save_image_waits_until_ready_and_says_how_to_launch_it(logged_in, capsys):
+    logged_in.reply("POST", "/api/v1/instances/i-1/save-image/", (202, SAVED))
+    logged_in.reply(
+        "GET",
+        f"/api/v1/saved-images/{SAVED['id']}/",
+        (200, {**SAVED, "status": "ready", "size_bytes": 512_000_000}),
+    )
+    code, out, err = run(capsys, "save-image", "i-1", "with-hello")
+    assert code == 0, err
+    assert logged_in.requests[0].body == {"name": "with-hello"}
+    assert f"Saved with-hello: {SAVED['reference']} (0.51 GB)" in out
+    assert f"--image {SAVED['reference']}" in out
+
+
+def test_a_failed_save_exits_with_the_host_s_reason(logged_in, capsys):
+    logged_in.reply("POST", "/api/v1/instances/i-1/save-image/", (202, SAVED))
+    logged_in.reply(
+        "GET",
+        f"/api/v1/saved-images/{SAVED['id']}/",
+        (200, {**SAVED, "status": "failed", "status_reason": "the registry refused the push"}),
+    )
+    code, _, err = run(capsys, "save-image", "i-1", "with-hello")
+    assert code != 0 and "the registry refused the push" in err

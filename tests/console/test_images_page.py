@@ -93,3 +93,66 @@ def test_a_malformed_own_image_is_shown_on_its_field_and_nothing_is_launched(
     ).text
     assert "must be lowercase letters and digits" in page
     assert not Instance.objects.exists() and not sent
+
+
+def test_save_as_image_from_the_instance_page_then_listed_and_deleted(
+    client, alice, a100, make_host, image, sent, settings, django_capture_on_commit_callbacks
+):
+    from gpurental.rentals.services import lifecycle as lc
+    from gpurental.rentals.services.saving import image_report_receive
+    from tests.messages import signed
+
+    settings.PLATFORM_REGISTRY = "127.0.0.1:5999"
+    host = make_host("node1", a100)
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    lc.instance_report_running(instance_id=str(instance.pk), port=40123, container_id="c")
+    client.force_login(alice)
+    assert "Save as image" in client.get(reverse("instance", args=[instance.pk])).text
+    with django_capture_on_commit_callbacks(execute=True):
+        page = client.post(
+            reverse("instance_save_image", args=[instance.pk]), {"name": "env1"}, follow=True
+        ).text
+    assert "Saving env1" in page and 'id="saved-images"' in page
+    assert sent[-1]["task"] == "image_save"
+    saved = alice.saved_images.get()
+    from django.utils import timezone
+
+    image_report_receive(
+        message=signed(
+            host,
+            kind="saved",
+            data={"saved_image_id": str(saved.pk), "size_bytes": 2_000_000_000, "digest": ""},
+        ),
+        now=timezone.now(),
+    )
+    page = client.get(reverse("images")).text
+    assert "Ready" in page and saved.reference in page
+    assert "/launch/?own_image=" in page  # its Launch button fills the launch form in
+    launch = client.get(reverse("launch"), {"own_image": saved.reference}).text
+    assert f'value="{saved.reference}"' in launch
+    page = client.post(reverse("saved_image_delete", args=[saved.pk]), follow=True).text
+    assert "Saved image env1 deleted." in page and "No saved images yet." in page
+
+
+def test_a_bad_name_or_a_stopped_instance_says_why_on_the_instance_page(
+    client, alice, bob, a100, make_host, image, sent, settings
+):
+    from gpurental.rentals.services import lifecycle as lc
+
+    settings.PLATFORM_REGISTRY = "127.0.0.1:5999"
+    make_host("node1", a100)
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    client.force_login(alice)
+    page = client.post(
+        reverse("instance_save_image", args=[instance.pk]), {"name": "Bad"}, follow=True
+    ).text
+    assert "must be 1 to 63 lowercase letters" in page
+    page = client.post(
+        reverse("instance_save_image", args=[instance.pk]), {"name": "ok"}, follow=True
+    ).text
+    assert "only a running instance can be saved" in page
+    client.force_login(bob)
+    assert (
+        client.post(reverse("instance_save_image", args=[instance.pk]), {"name": "x"}).status_code
+        == 404
+    )

@@ -142,7 +142,7 @@ def test_owner_runs_commands_and_forwards_ports_others_are_refused(
     iid = str(instance.pk)
     known_hosts = tmp_path / "known_hosts"
 
-    # The owner's key: a command runs in the container, as jovyan, with its exit status.
+    # The owner's key: a command runs in the container, as root, with its exit status.
     done = ssh(
         ssh_gateway,
         iid,
@@ -151,7 +151,7 @@ def test_owner_runs_commands_and_forwards_ports_others_are_refused(
         known_hosts=known_hosts,
     )
     assert done.returncode == 7, done
-    assert done.stdout.splitlines() == [f"hello from gpurental-{iid[:8]}", "jovyan"], done
+    assert done.stdout.splitlines() == [f"hello from gpurental-{iid[:8]}", "root"], done
     assert "oops" in done.stderr
     assert "127.0.0.1" in known_hosts.read_text()  # the gateway's own host key, kept
 

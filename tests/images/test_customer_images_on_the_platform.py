@@ -78,3 +78,93 @@ def test_a_customer_launches_their_image_from_a_private_registry(
         agent,
     )
     instance_terminate(instance=instance, actor=alice, now=timezone.now())
+
+
+def test_a_customer_saves_their_instance_as_an_image_and_launches_it_again(
+    agent,
+    catalog,
+    alice,
+    bob,
+    registry,
+    platform_registry,
+    jupyter_in_registry,
+    settings,
+    docker_client,
+    tmp_path,
+):
+    from gpurental.images import registryapi
+    from gpurental.images.models import SavedImage
+    from tests.agent.test_root_in_container import a_deb, put, run
+
+    _, template = catalog
+    settings.CUSTOM_IMAGE_TEMPLATE = template.slug
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_create(user=alice, name='t')[1]}")
+    login = {"registry": registry.address, "username": "alice", "password": REGISTRY_USERS["alice"]}
+    assert api.post("/api/v1/registry-logins/", login, format="json").status_code == 201
+    launched = api.post(
+        "/api/v1/instances/", {"gpu_model": "A10G", "image": jupyter_in_registry}, format="json"
+    )
+    assert launched.status_code == 201, launched.content
+    instance = settled(launched.json()["id"], agent)
+    assert instance.status == S.RUNNING, instance.status_reason
+
+    # As root in it, the customer installs a package...
+    container = docker_client.containers.get(f"gpurental-{instance.pk}")
+    put(container, a_deb(tmp_path))
+    assert run(container, "apt-get install -y /tmp/hello-gpr.deb")[0] == 0
+
+    # ...and saves the instance as an image.
+    saving = api.post(
+        f"/api/v1/instances/{instance.pk}/save-image/", {"name": "with-hello"}, format="json"
+    )
+    assert saving.status_code == 202, saving.content
+    assert saving.json()["status"] == "saving"
+    saved_id = saving.json()["id"]
+    wait_for(
+        lambda: SavedImage.objects.get(pk=saved_id).status in ("ready", "failed"),
+        120,
+        "the host to save and push the image",
+        agent,
+    )
+    saved = SavedImage.objects.get(pk=saved_id)
+    assert saved.status == "ready", saved.status_reason
+    assert saved.reference.startswith(f"{registry.address}/a{alice.pk}/with-hello:")
+    assert saved.size_bytes > 100_000_000 and saved.digest.startswith("sha256:")
+    detail = api.get(f"/api/v1/saved-images/{saved_id}/").json()
+    assert [e["to_status"] for e in detail["events"] if e["to_status"]] == ["saving", "ready"]
+    # The run's secrets are blanked in the image; the pushed manifest is in the registry.
+    env = docker_client.images.get(saved.reference).attrs["Config"]["Env"]
+    assert "JUPYTER_TOKEN=" in env and not any(instance.jupyter_token in e for e in env)
+    auth = {"username": "platform", "password": REGISTRY_USERS["platform"]}
+    assert registryapi.manifest_exists(saved.reference, auth)
+
+    # Nobody else may launch it; its owner launches it, pulled afresh, and the package is there.
+    as_bob = APIClient()
+    as_bob.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_create(user=bob, name='t')[1]}")
+    refused = as_bob.post(
+        "/api/v1/instances/", {"gpu_model": "A10G", "image": saved.reference}, format="json"
+    )
+    assert refused.status_code == 400 and "none of your saved images" in refused.content.decode()
+    instance_terminate(instance=instance, actor=alice, now=timezone.now())
+    wait_for(
+        lambda: not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists(),
+        30,
+        "GPUs free",
+        agent,
+    )
+    docker_client.images.remove(saved.reference)
+    again = api.post(
+        "/api/v1/instances/", {"gpu_model": "A10G", "image": saved.reference}, format="json"
+    )
+    assert again.status_code == 201, again.content
+    relaunched = settled(again.json()["id"], agent)
+    assert relaunched.status == S.RUNNING, relaunched.status_reason
+    container = docker_client.containers.get(f"gpurental-{relaunched.pk}")
+    assert run(container, "hello-gpr") == (0, "hello from a package")
+    instance_terminate(instance=relaunched, actor=alice, now=timezone.now())
+
+    # Deleted: gone from the list and from the registry.
+    assert api.delete(f"/api/v1/saved-images/{saved_id}/").status_code == 204
+    assert api.get("/api/v1/saved-images/").json()["results"] == []
+    assert not registryapi.manifest_exists(saved.reference, auth)

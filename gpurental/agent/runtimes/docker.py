@@ -48,6 +48,16 @@ from .base import (
 from .imagecache import ImageCache
 
 WORKSPACE = "/workspace"
+# What a saved image must not keep of its container's environment: this run's secrets.
+SECRET_ENV = frozenset(
+    {
+        "JUPYTER_TOKEN",
+        "GPURENTAL_SSH_HOST_KEY",
+        "GPURENTAL_SSH_AUTHORIZED_KEYS",
+        "GPURENTAL_SSH_PORT",
+    }
+)
+LABEL_SAVED_FROM = "gpurental.saved-from"  # on a saved image: the instance it was saved from
 HF_CACHE_MOUNT = "/models/huggingface"
 HF_HOME = f"{WORKSPACE}/.cache/huggingface"
 LOG_MAX_SIZE, LOG_MAX_FILES = "10m", 3  # at most 30 MB of logs per container
@@ -99,6 +109,27 @@ def container_environment(spec: ContainerSpec) -> dict[str, str]:
     return env
 
 
+# The customer is root in the container (images/README.md); the engine remaps it to an
+# unprivileged host uid (userns-remap), and these are all the capabilities it keeps: what
+# apt-get, dpkg, system-wide pip and chown need, and SYS_CHROOT for sshd's privilege
+# separation. Never SYS_ADMIN, NET_ADMIN or NET_RAW (no raw sockets, no mounts, no
+# changes to the network the tenants share).
+ROOT_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "SETUID",
+    "SETGID",
+    "KILL",
+    "SYS_CHROOT",
+)
+# Where the engine cannot remap (host networking), the image's unprivileged user instead,
+# at home in /workspace: the image's own files belong to the remapped range on disk, which
+# that user is not, and /workspace (mode 1777) is the one place both may write.
+UNMAPPED_USER, UNMAPPED_HOME = "1000:1000", WORKSPACE
+
+
 def create_kwargs(
     spec: ContainerSpec, host_name: str = "", sandbox_id: str | None = None
 ) -> dict[str, Any]:
@@ -127,6 +158,7 @@ def create_kwargs(
         "pids_limit": spec.pids_limit,
         "security_opt": ["no-new-privileges:true"],
         "cap_drop": ["ALL"],
+        "cap_add": list(ROOT_CAPABILITIES),
         "privileged": False,
         "device_requests": device_requests,
         # On the tenant network (network.py): no traffic to other containers, the host
@@ -144,6 +176,8 @@ def create_kwargs(
         )
     if spec.dedicated:
         kwargs.update(dedicated_kwargs(spec))
+        if spec.host_network:
+            kwargs["environment"] = {**kwargs["environment"], "HOME": UNMAPPED_HOME}
     return kwargs
 
 
@@ -176,8 +210,18 @@ def dedicated_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     if spec.infiniband_devices:
         extra["devices"] = [f"{path}:{path}:rwm" for path in spec.infiniband_devices]
     if spec.host_network:
-        # Ports are the container's own on the host; nothing is published or proxied.
-        extra.update(network_mode="host", network=None, ports=None, hostname=None)
+        # Ports are the container's own on the host; nothing is published or proxied. The
+        # engine cannot remap user namespaces with the host's network: the container runs
+        # in the host's, as the image's unprivileged user, with no capabilities at all.
+        extra.update(
+            network_mode="host",
+            network=None,
+            ports=None,
+            hostname=None,
+            userns_mode="host",
+            user=UNMAPPED_USER,
+            cap_add=None,
+        )
     return extra
 
 
@@ -230,6 +274,13 @@ class DockerRuntime:
             network.ensure_network(self.client)
         network.ensure_firewall()
         self.sandboxes.clear_leftovers()
+
+    def remaps_users(self) -> bool:
+        """Whether the engine remaps user namespaces (a container's root is then an
+        unprivileged host uid); the agent's banner says so, and warns when it does not."""
+        with _engine_errors("read the engine's settings"):
+            options = self.client.info().get("SecurityOptions") or []
+        return any("name=userns" in option for option in options)
 
     def close(self) -> None:
         """The agent is stopping: idle sandboxes go (instances keep theirs)."""
@@ -300,6 +351,66 @@ class DockerRuntime:
         for image in self.image_cache.over_limit():
             if image != keep:
                 self._remove_image(image)
+
+    # --- saving an instance as an image ---------------------------------------
+
+    def save_image(
+        self, instance_id: str, reference: str, auth: dict | None, progress
+    ) -> tuple[int, str]:
+        """Commit the instance's container as ``reference`` and push it with ``auth``;
+        (size in bytes, the pushed manifest's digest). The platform's secrets in the
+        container's environment are blanked in the image (a commit keeps the environment),
+        and /workspace, a volume, is not in it."""
+        ref = imagerefs.parse(reference)
+        container = self._find(instance_id)
+        if container is None:
+            raise RuntimeFailure(
+                f"instance {instance_id} has no container on this host (a stopped instance "
+                "keeps /workspace only): nothing to save"
+            )
+        with _engine_errors(f"commit the container of instance {instance_id}"):
+            env = [
+                f"{entry.split('=', 1)[0]}=" if entry.split("=", 1)[0] in SECRET_ENV else entry
+                for entry in container.attrs["Config"].get("Env") or []
+            ]
+            base = self.client.images.get(container.attrs["Image"])
+            labels = {**(base.attrs["Config"].get("Labels") or {}), LABEL_SAVED_FROM: instance_id}
+            progress(f"committing the container of instance {instance_id}")
+            image = container.commit(
+                repository=ref.pull_name, tag=ref.tag, conf={"Env": env, "Labels": labels}
+            )
+        size = int(image.attrs.get("Size") or 0)
+        digest = self._push(ref, auth, progress)
+        if self.image_cache is not None:
+            self.image_cache.used(str(ref), size)
+        return size, digest
+
+    def _push(self, ref: imagerefs.Reference, auth: dict | None, progress) -> str:
+        layers: dict[str, list[int]] = {}
+        digest = ""
+        with _engine_errors(f"push {ref}"):
+            for line in self.client.api.push(
+                ref.pull_name, tag=ref.tag, auth_config=auth or None, stream=True, decode=True
+            ):
+                if "error" in line:
+                    detail = (line.get("errorDetail") or {}).get("message") or line["error"]
+                    raise RuntimeFailure(
+                        f"the platform's registry refused the push of {ref}: {detail}"
+                    )
+                digest = (line.get("aux") or {}).get("Digest", digest)
+                detail = line.get("progressDetail") or {}
+                if line.get("id") and detail.get("total"):
+                    layers[line["id"]] = [int(detail.get("current", 0)), int(detail["total"])]
+                elif line.get("id") and line.get("status") in ("Pushed", "Layer already exists"):
+                    entry = layers.setdefault(line["id"], [0, 0])
+                    entry[0] = entry[1]
+                sent = sum(c for c, _ in layers.values())
+                total = sum(t for _, t in layers.values())
+                percent = round(100 * sent / total, 1) if total else None
+                progress(f"pushing {ref}: {sent / 1e6:.1f}/{total / 1e6:.1f} MB", percent)
+        if not digest:
+            raise RuntimeFailure(f"the push of {ref} ended without the registry's digest")
+        return digest
 
     # --- lifecycle ----------------------------------------------------------
 

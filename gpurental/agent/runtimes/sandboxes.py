@@ -224,6 +224,8 @@ class SandboxPool:
                 network=network.NETWORK,
                 ports={f"{port}/tcp": (bind,) for port in ports},
                 cap_drop=["ALL"],
+                # Not the image's user (root, for customers): the sandbox only sleeps.
+                user="65534:65534",
                 security_opt=["no-new-privileges:true"],
                 privileged=False,
                 read_only=True,

@@ -129,9 +129,10 @@ def image_resolved(value: str) -> ResolvedImage:
     return resolved
 
 
-def launch_image_resolved(value: str) -> ResolvedImage:
+def launch_image_resolved(value: str, *, account=None) -> ResolvedImage:
     """A catalog image (slug or alias), or a customer's own image reference: anything with
-    a ``/``, ``:`` or ``@`` that is not a catalog name (``images.services``)."""
+    a ``/``, ``:`` or ``@`` that is not a catalog name (``images.services``); on the
+    platform's registry, one of ``account``'s saved images."""
     if image_resolve(value) is not None or not any(c in value for c in "/:@"):
         try:
             return image_resolved(value)
@@ -141,7 +142,7 @@ def launch_image_resolved(value: str) -> ResolvedImage:
                 % {"error": exc.detail[0]}
             ) from exc
     try:
-        return custom_image_resolved(value)
+        return custom_image_resolved(value, account=account)
     except ImageRefused as exc:
         raise serializers.ValidationError(exc.message) from exc
 

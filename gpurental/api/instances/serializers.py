@@ -282,7 +282,8 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
     )
 
     def validate_image(self, value: str) -> ResolvedImage:
-        return launch_image_resolved(value)
+        request = self.context.get("request")
+        return launch_image_resolved(value, account=account_of(request) if request else None)
 
     def launch_kwargs(self) -> dict:
         data = self.validated_data

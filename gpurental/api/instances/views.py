@@ -16,14 +16,16 @@ from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
 from gpurental.api.errors import TooMany
 from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.instances import serializers as s
 from gpurental.api.lookups import UUID_RE, LookupMixin
+from gpurental.api.savedimages.serializers import SavedImageSerializer, SaveImageSerializer
 from gpurental.gateway import routes, tickets
+from gpurental.images.services import ImageRefused
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.events import WAIT_ENDS, wait_for_status, wait_slot
 from gpurental.rentals.models import Allocation, Instance
@@ -35,6 +37,7 @@ from gpurental.rentals.services.lifecycle import (
     instance_stop,
     instance_terminate,
 )
+from gpurental.rentals.services.saving import image_save_request
 from gpurental.teams.acting import account_of
 
 
@@ -182,7 +185,7 @@ class InstanceViewSet(
     )
     @idempotent
     def create(self, request, *args, **kwargs):
-        form = s.InstanceCreateSerializer(data=request.data)
+        form = s.InstanceCreateSerializer(data=request.data, context={"request": request})
         form.is_valid(raise_exception=True)
         instance = instance_launch(user=account_of(request), **form.launch_kwargs())
         return self._detail(instance, status.HTTP_201_CREATED)
@@ -263,6 +266,30 @@ class InstanceViewSet(
         return self._detail(instance)
 
     @_instance_action("Terminate: remove the instance and its /workspace for good")
+    @extend_schema(
+        summary="Save the running instance's container as a private image",
+        description="Committed on its host (without /workspace: that is the instance's data, "
+        "and without the run's secrets) and pushed to the platform's registry; the image is "
+        "`saving` until the host reports it `ready` (or `failed`). Launch it on any host with "
+        '`"image": "<reference>"`.',
+        request=SaveImageSerializer,
+        responses={202: SavedImageSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"], url_path="save-image")
+    @idempotent
+    def save_image(self, request, pk=None):
+        form = SaveImageSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        instance = self.get_object()
+        try:
+            image = image_save_request(
+                instance=instance, name=form.validated_data["name"], actor=request.user
+            )
+        except ImageRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        return Response(SavedImageSerializer(image).data, status=status.HTTP_202_ACCEPTED)
+
     @action(detail=True, methods=["post"])
     @idempotent
     def terminate(self, request, pk=None):

@@ -14,6 +14,7 @@
     gpurental ssh-keys [list] | ssh-keys add FILE [--name NAME] | ssh-keys delete ID
     gpurental registry [list] | registry login REGISTRY -u USER [--password-stdin]
     gpurental registry logout REGISTRY
+    gpurental save-image ID NAME [--no-wait] | saved-images | saved-image-delete NAME
     gpurental webhooks [list] | webhooks add URL [--events E1,E2] [--description TEXT]
     gpurental webhooks delete ID | webhooks deliveries [--endpoint ID] | webhooks resend ID
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]

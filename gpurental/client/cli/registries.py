@@ -1,5 +1,6 @@
-"""``gpurental registry login REGISTRY -u USER | logout REGISTRY | list``: the logins a
-launch of your own image (``gpurental launch --image REGISTRY/REPO:TAG``) pulls with."""
+"""Your own images from the command line: ``gpurental registry login REGISTRY -u USER |
+logout REGISTRY | list`` (the logins a launch of ``--image REGISTRY/REPO:TAG`` pulls
+with), and ``gpurental save-image ID NAME``, ``saved-images``, ``saved-image-delete``."""
 
 from __future__ import annotations
 
@@ -76,3 +77,60 @@ def add_commands(command: AddCommand) -> None:
     )
     logout = sub("logout", cmd_registry_logout, "delete the login for a registry")
     logout.add_argument("registry", help="the registry (or the login's id)")
+
+    command("saved-images", cmd_saved_images, "your instances saved as images")
+    save = command("save-image", cmd_save_image, "save a running instance as your image NAME")
+    save.add_argument("id", help="instance id")
+    save.add_argument("name", help="lowercase letters, digits, '.', '_' or '-'")
+    save.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="return at once, while it saves"
+    )
+    delete = command("saved-image-delete", cmd_saved_image_delete, "delete a saved image")
+    delete.add_argument("image", help="its name or id")
+
+
+def _size(size_bytes: int) -> str:
+    return f"{size_bytes / 1e9:.2f} GB" if size_bytes else "-"
+
+
+def cmd_saved_images(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        images = client.saved_images.list()
+    if args.json:
+        print_json([image.raw for image in images])
+    elif not images:
+        say("No saved images; save a running instance with: gpurental save-image ID NAME")
+    else:
+        table(
+            ["NAME", "STATUS", "SIZE", "SAVED", "REFERENCE"],
+            [
+                [i.name, i.status, _size(i.size_bytes), when(i.created_at), i.reference]
+                for i in images
+            ],
+        )
+    return OK
+
+
+def cmd_save_image(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        if not args.json and args.wait:
+            say(f"Saving instance {args.id} as {args.name} (committed and pushed by its host)…")
+        image = client.saved_images.save(args.id, args.name, wait=args.wait)
+    if args.json:
+        print_json(image.raw)
+    elif image.status == "ready":
+        say(f"Saved {image.name}: {image.reference} ({_size(image.size_bytes)})")
+        say(f"Launch it with: gpurental launch --gpu MODEL --image {image.reference}")
+    else:
+        say(f"Saving {image.name} ({image.status}); see: gpurental saved-images")
+    return OK
+
+
+def cmd_saved_image_delete(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        client.saved_images.delete(args.image)
+    if args.json:
+        print_json({"deleted": args.image})
+    else:
+        say(f"Deleted saved image {args.image}")
+    return OK
