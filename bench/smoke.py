@@ -35,6 +35,7 @@ BENCHES = [
     "warm_states",
     "acceptance",
     "nvml_sampler",
+    "images",
 ]
 
 

@@ -164,6 +164,8 @@ def test_a_customer_image_runs_and_every_launch_asks_the_registry_again(
 ):
     cache = ImageCache(str(tmp_path / "images.json"), limit_bytes=10 * GB)
     runtime = DockerRuntime(client=docker_runtime.client, ready_timeout_s=60, image_cache=cache)
+    if not gone(runtime.client, jupyter_in_registry):  # (another test may have pulled it)
+        runtime.client.images.remove(jupyter_in_registry)
     spec = make_spec(
         image=jupyter_in_registry, pull=PullPolicy(10 * GB, 120, registry_login(registry))
     )
@@ -184,10 +186,15 @@ def test_a_customer_image_runs_and_every_launch_asks_the_registry_again(
     runtime.remove(spec.instance_id)
 
     # Cached here now; still, a launch without the login is refused by the registry, so a
-    # private image one account pulled never runs for another that may not pull it.
+    # private image one account pulled never runs for another that may not pull it. (The
+    # registry is asked while the container starts; it goes when the answer is no.)
     other = make_spec(image=jupyter_in_registry, pull=PullPolicy(10 * GB, 120, None))
+    lines = Lines()
     with pytest.raises(RuntimeFailure, match="asks for a login"):
-        runtime.start(other, Lines())
+        runtime.start(other, lines)
+    assert lines.lines[0][0].startswith(f"checking {jupyter_in_registry} with its registry")
+    with pytest.raises(docker.errors.NotFound):
+        runtime.client.containers.get(container_name(other.instance_id))
 
 
 def test_the_least_recently_used_images_go_when_the_cache_is_over_its_limit(
@@ -214,3 +221,32 @@ def test_the_least_recently_used_images_go_when_the_cache_is_over_its_limit(
     finally:
         if not gone(client, second):
             client.images.remove(second)
+
+
+def test_a_cached_image_whose_tag_moved_on_is_replaced_by_the_new_one(
+    docker_runtime, registry, small_image, make_spec, cleanup, tmp_path
+):
+    """The registry is asked while the cached image's container starts; when the tag now
+    names another image, that one is pulled and the container made again from it."""
+    client = docker_runtime.client
+    policy = PullPolicy(10 * GB, 120, registry_login(registry))
+    repository, tag = small_image.rsplit(":", 1)
+    # The tag, cached here, names the platform's JupyterLab image first...
+    client.images.get("gpurental/jupyter-cpu:latest").tag(repository, tag)
+    first = push_to(client, registry, f"{repository}:{tag}", repository.split("/", 1)[1], tag)
+    client.api.pull(repository, tag, auth_config=policy.auth)
+    old = client.images.get(first).id
+    # ...then another machine pushes a new image under it.
+    (tmp_path / "Dockerfile").write_text("FROM gpurental/jupyter-cpu:latest\nRUN echo v2 > /v2\n")
+    client.images.build(path=str(tmp_path), tag="gpurental-test/v2:1", rm=True)
+    push_to(client, registry, "gpurental-test/v2:1", repository.split("/", 1)[1], tag)
+    client.images.get(old).tag(repository, tag)  # this host still has the old one
+    spec = make_spec(image=first, pull=policy)
+    lines = Lines()
+    docker_runtime.start(spec, lines)
+    cleanup(docker_runtime, spec.instance_id)
+    container = client.containers.get(container_name(spec.instance_id))
+    assert container.image.id != old
+    assert container.exec_run(["cat", "/v2"]).output.decode().strip() == "v2"
+    assert any("newer image under this tag" in line for line, _ in lines.lines)
+    client.images.remove("gpurental-test/v2:1")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -43,6 +44,7 @@ from .base import (
     RuntimeFailure,
     Started,
     check_instance_id,
+    ignore_progress,
     wait_for_jupyter,
 )
 from .imagecache import ImageCache
@@ -267,6 +269,8 @@ class DockerRuntime:
         self.sandboxes = sandboxes.SandboxPool(client, size=sandbox_pool, host_name=host_name)
         # Customers' images pulled here, least recently used out (imagecache.py).
         self.image_cache = image_cache
+        # Registry checks of cached customer images, asked while their containers start.
+        self._checks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="registry-check")
 
     def prepare_host(self) -> None:
         """The tenant network and its firewall (network.py); the agent calls it at start."""
@@ -431,10 +435,14 @@ class DockerRuntime:
             progress("replacing an outdated container (the workspace is kept)")
             self._remove_container(container)
             container = None
+        check = None
         if container is None:
             # No line of its own: ensure_image says "pulling" when it pulls; a cached image
-            # (nearly every launch) goes straight to "creating".
-            self.ensure_image(spec.image, progress, pull=spec.pull)
+            # (nearly every launch) goes straight to "creating". A customer's image cached
+            # here is checked with its registry while the container starts (below).
+            check = self._registry_check(spec, progress)
+            if check is None:
+                self.ensure_image(spec.image, progress, pull=spec.pull)
             container = self._create_and_start(spec, progress)
         try:
             started = self._published(container, spec)
@@ -446,12 +454,43 @@ class DockerRuntime:
                 self.ready_timeout_s,
                 check_alive=lambda: self._check_running(container, spec),
             )
+            if check is not None and not self._still_current(check, container):
+                progress("replacing the container: its registry has a newer image under this tag")
+                self._remove_container(container)
+                return self._start(spec, progress)
         except RuntimeFailure:
             # Leave no half-started container behind; the workspace volume stays,
-            # it may hold the user's files from earlier runs.
+            # it may hold the user's files from earlier runs. (A registry that refused
+            # the account ends here too: the container never ran for them.)
             self._remove_container(container)
             raise
         return replace(started, ready_s=ready_s)
+
+    def _registry_check(self, spec: ContainerSpec, progress: Progress) -> Future | None:
+        """For a customer's image already on this host: its pull (the registry's check of
+        the account's login, and of the tag's current digest), asked in the background
+        while the container starts, so that a cached launch does not wait on the registry
+        first. None where the image must be pulled before anything can start."""
+        if spec.pull is None:
+            return None
+        with _engine_errors(f"look up image {spec.image}"):
+            try:
+                self.client.images.get(spec.image)
+            except docker.errors.ImageNotFound:
+                return None
+        progress(f"checking {spec.image} with its registry (it is cached on this host)")
+        return self._checks.submit(
+            self._ensure_customer_image, spec.image, spec.pull, ignore_progress
+        )
+
+    def _still_current(self, check: Future, container: Container) -> bool:
+        """The registry's answer: RuntimeFailure if it refused; False if the tag now names
+        another image than the container runs (it was pulled: start that one)."""
+        check.result()
+        with _engine_errors("inspect the container"):
+            container.reload()
+            current = self.client.images.get(container.attrs["Config"]["Image"]).id
+        return current == container.attrs["Image"]
 
     def stop(self, instance_id: str, keep_container: bool = False) -> None:
         container = self._find(instance_id)
