@@ -155,7 +155,9 @@ MODELCACHE = "gpurental.agent.modelcache"
 # "instance_id", "reference", "sealed"} in, the push's login sealed ({"registry_auth"}) for
 # that host; IMAGE_REPORT's kinds out.
 IMAGE_SAVE = "gpurental.agent.image_save"
-AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE, IMAGE_SAVE)
+# Remove a deleted volume's data (gpurental/volumes/): {"volume": "gpurental-vol-<id>"}.
+VOLUME_REMOVE = "gpurental.agent.volume_remove"
+AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE, IMAGE_SAVE, VOLUME_REMOVE)
 
 SPEC_VERSION = 4
 # Every field of a version-4 start spec (version 1 carried a host path to mount; version 2
@@ -192,7 +194,9 @@ SPEC_FIELDS = frozenset(
 # policy {"max_bytes": int, "timeout_s": int}: the agent pulls it (with the account's
 # login, the sealed "registry_auth", when one was saved), reports the pull's progress,
 # and refuses an image larger than max_bytes.
-OPTIONAL_SPEC_FIELDS = frozenset({"dedicated", "pull"})
+# ``volumes``: the customer's volumes to mount, [{"name": "gpurental-vol-<id>", "path",
+# "volume": id}]; the agent makes each Docker volume the first time.
+OPTIONAL_SPEC_FIELDS = frozenset({"dedicated", "pull", "volumes"})
 
 
 class SpecRefused(ValueError):

@@ -153,6 +153,7 @@ INSTALLED_APPS = [
     "gpurental.acceptance",
     "gpurental.modelcache",
     "gpurental.images",
+    "gpurental.volumes",
 ]
 
 MIDDLEWARE = [

@@ -73,6 +73,8 @@ class HostAgent:
         self._workspaces: dict[str, int] | None = None
         self._workspaces_at = float("-inf")
         self._workspaces_sent = True
+        self._volumes: dict[str, int] | None = None  # the customers' volumes, measured alike
+        self._volumes_sent = True
         self._images_sent_version = -1  # the customers' images cached: sent when changed
 
     # --- instance operations ------------------------------------------------
@@ -97,6 +99,12 @@ class HostAgent:
             data["ssh_port"] = ssh["port"]
             data["ssh_host_key"] = ssh["host_key"]
             data["ssh_authorized_keys"] = ssh["authorized_keys"]
+        data["volumes"] = tuple(
+            (str(v["name"]), str(v["path"]), str(v.get("volume", "")))
+            for v in data.pop("volumes", None) or []
+            if str(v.get("name", "")).startswith("gpurental-vol-")
+            and str(v.get("path", "")).startswith("/")
+        )
         pull = data.pop("pull", None)
         if pull:
             data["pull"] = PullPolicy(
@@ -231,9 +239,11 @@ class HostAgent:
         topology = self._topology
         if topology is None:  # read once too, like the inventory
             topology = self._read_topology()
-        workspaces = None
+        workspaces = volumes = None
         if monotonic_at - self._workspaces_at >= self.disk_interval:
             workspaces = self.runtime.workspace_usage()
+            measure = getattr(self.runtime, "volume_usage", None)
+            volumes = measure() if measure is not None else None
             self._workspaces_at = monotonic_at
         with self._state_lock:
             self._inventory = inventory
@@ -241,6 +251,8 @@ class HostAgent:
             self._containers = (containers, listed_at)
             if workspaces is not None:
                 self._workspaces, self._workspaces_sent = workspaces, False
+            if volumes is not None:
+                self._volumes, self._volumes_sent = volumes, False
 
     def _read_topology(self) -> dict:
         try:
@@ -262,12 +274,15 @@ class HostAgent:
             self._containers_sent_at = listed_at
             workspaces = None if self._workspaces_sent else self._workspaces
             self._workspaces_sent = True
+            volumes = None if self._volumes_sent else self._volumes
+            self._volumes_sent = True
             images = None
             cache = getattr(self.runtime, "image_cache", None)
             if cache is not None and cache.version != self._images_sent_version:
                 images, self._images_sent_version = cache.listing(), cache.version
         self.reporter.heartbeat(
             workspaces=workspaces,
+            volumes=volumes,
             images=images,
             inventory=inventory,
             topology=topology,

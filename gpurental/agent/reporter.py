@@ -67,6 +67,7 @@ class ControlReporter:
         agent_version: str,
         topology: dict | None = None,
         images: list[dict] | None = None,
+        volumes: dict[str, int] | None = None,
     ) -> None:
         """Liveness. ``inventory`` and ``containers`` are the newest the agent has (None
         while it has none): a slow engine or GPU driver makes them late, never the beat."""
@@ -79,6 +80,7 @@ class ControlReporter:
             containers_listed_at=containers_listed_at,
             workspaces=workspaces,
             images=images,
+            volumes=volumes,
             runtime=runtime,
             gpu_source=gpu_source,
             agent_version=agent_version,

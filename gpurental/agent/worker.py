@@ -122,6 +122,19 @@ def _register(app: Celery) -> None:
 
             image_save_command(_current(), payload)
 
+    # A deleted volume's data (gpurental/volumes/); retried: the engine may be busy.
+    @app.task(
+        name=protocol.VOLUME_REMOVE,
+        autoretry_for=(Exception,),
+        max_retries=3,
+        default_retry_delay=5,
+    )
+    def volume_remove(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            remove = getattr(_current().runtime, "volume_remove", None)
+            if remove is not None:
+                remove(str(payload.get("volume", "")))
+
     # The shared Hugging Face cache: fill, evict, list (agent/modelcache.py). Not retried:
     # the outcome is reported either way, and the operator asks again.
     @app.task(name=protocol.MODELCACHE, time_limit=3 * 3600, soft_time_limit=3 * 3600 - 60)

@@ -16,6 +16,7 @@ from gpurental.api.reservations import urls as reservations
 from gpurental.api.savedimages import urls as savedimages
 from gpurental.api.sshkeys import urls as sshkeys
 from gpurental.api.teams import urls as teams
+from gpurental.api.volumes import urls as volumes
 
 # In this order: the API root lists the resources, and the schema their paths, as here.
 RESOURCES = [
@@ -25,6 +26,7 @@ RESOURCES = [
     sshkeys,
     registries,
     savedimages,
+    volumes,
     reservations,
     billing,
     groups,

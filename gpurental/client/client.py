@@ -40,7 +40,7 @@ from gpurental.client.errors import (
 from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
 from gpurental.client.payments import PaymentsMixin
-from gpurental.client.registries import RegistryLogins, SavedImages
+from gpurental.client.registries import RegistryLogins, SavedImages, Volumes
 from gpurental.client.sshkeys import SSHKeys
 from gpurental.client.webhooks import Webhooks
 
@@ -124,6 +124,11 @@ class Client(GroupsMixin, PaymentsMixin):
         return RegistryLogins(self)
 
     @property
+    def volumes(self) -> Volumes:
+        """Your volumes: ``.create(name, size_gb, host)``, ``.list()``, ``.delete``."""
+        return Volumes(self)
+
+    @property
     def saved_images(self) -> SavedImages:
         """Your instances saved as images: ``.save(instance, name)``, ``.list()``, ``.delete``."""
         return SavedImages(self)
@@ -154,6 +159,7 @@ class Client(GroupsMixin, PaymentsMixin):
         gpu_type: str | None = None,
         framework: str | None = None,
         image: str | None = None,
+        volumes: dict[str, str] | None = None,
         model_repo: str | None = None,
         model: str | None = None,
         gpu_count: int = 1,
@@ -167,7 +173,8 @@ class Client(GroupsMixin, PaymentsMixin):
         many; or ``plan`` names a plan, which fixes both. ``framework`` is an image
         template's slug ("pytorch-2.1"); or ``image`` is your own image's reference
         ("registry.example.com/team/train:1"), pulled with the login saved for its registry
-        (``client.registry_logins.save``). ``model_repo="huggingface"`` mounts the host's
+        (``client.registry_logins.save``). ``volumes`` mounts your volumes, {name or id:
+        path} (the instance then runs on their host). ``model_repo="huggingface"`` mounts the host's
         shared Hugging Face cache. ``model`` ("sentence-transformers/all-MiniLM-L6-v2")
         asks for a model from the hosts' shared caches: hosts that have it come first
         (``instance.raw["hf_model_cached"]`` says whether this one does; else it downloads
@@ -198,6 +205,8 @@ class Client(GroupsMixin, PaymentsMixin):
             body["model"] = model
         if idle_stop_minutes is not None:
             body["idle_stop_minutes"] = idle_stop_minutes
+        if volumes:
+            body["volumes"] = [{"volume": v, "mount_path": p} for v, p in volumes.items()]
         return self._instance(self._request("POST", "instances/", json_body=body))
 
     def list_instances(self, status: str | None = None) -> list[Instance]:

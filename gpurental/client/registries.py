@@ -144,3 +144,57 @@ class SavedImages:
                 raise GpuRentalError(f"no saved image {image!r}")
             image_id = matches[0]
         self._client._request("DELETE", f"saved-images/{quote(image_id, safe='')}/")
+
+
+@dataclass
+class Volume:
+    """One of your volumes: it lives on ``host`` and outlives the instances that mount it."""
+
+    id: str
+    name: str
+    host: str
+    size_gb: int
+    used_bytes: int
+    in_use: bool
+    mount_path: str
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: Any) -> Volume:
+        if not isinstance(data, dict):
+            raise GpuRentalError("the server sent no volume")
+        return cls(
+            id=str(data.get("id", "")),
+            name=data.get("name", ""),
+            host=data.get("host", ""),
+            size_gb=int(data.get("size_gb") or 0),
+            used_bytes=int(data.get("used_bytes") or 0),
+            in_use=bool(data.get("in_use")),
+            mount_path=data.get("mount_path", ""),
+            raw=data,
+        )
+
+
+class Volumes:
+    """``client.volumes``: ``create(name, size_gb, host)``, ``list()``, ``delete(id or
+    name)``; mount them with ``create_instance(volumes={"name": "/data"})``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> list[Volume]:
+        return [Volume.from_api(item) for item in self._client._list("volumes/")]
+
+    def create(self, name: str, size_gb: int, host: str) -> Volume:
+        body = {"name": name, "size_gb": size_gb, "host": host}
+        return Volume.from_api(self._client._request("POST", "volumes/", json_body=body))
+
+    def delete(self, volume: Volume | str) -> None:
+        if isinstance(volume, Volume):
+            volume_id = volume.id
+        else:
+            matches = [item.id for item in self.list() if volume in (item.id, item.name)]
+            if not matches:
+                raise GpuRentalError(f"no volume {volume!r}")
+            volume_id = matches[0]
+        self._client._request("DELETE", f"volumes/{quote(volume_id, safe='')}/")

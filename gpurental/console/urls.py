@@ -12,6 +12,7 @@ from gpurental.console import (
     views_notifications,
     views_security,
     views_sshkeys,
+    views_volumes,
 )
 
 urlpatterns = [
@@ -75,6 +76,10 @@ urlpatterns = [
     path("keys/<uuid:key_id>/revoke/", views.api_key_revoke_view, name="api_key_revoke"),
     path("ssh-keys/", views_sshkeys.ssh_keys, name="ssh_keys"),
     path("images/", views_images.images, name="images"),
+    path("volumes/", views_volumes.volumes, name="volumes"),
+    path(
+        "volumes/<uuid:volume_id>/delete/", views_volumes.volume_delete_view, name="volume_delete"
+    ),
     path(
         "images/saved/<uuid:image_id>/delete/",
         views_images.saved_image_delete_view,

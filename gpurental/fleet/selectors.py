@@ -25,3 +25,10 @@ def host_classes(*, gpu_model: GPUModel) -> list[tuple[str, int]]:
         for h in hosts
     )
     return classes.most_common()
+
+
+def host_named(name: str):
+    """The host of that name, or None."""
+    from gpurental.fleet.models import Host
+
+    return Host.objects.filter(name=name).first()

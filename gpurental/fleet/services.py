@@ -123,6 +123,7 @@ def host_heartbeat_receive(*, message: dict, now: datetime) -> Host:
         containers_listed_at=beat.get("containers_listed_at"),
         workspaces=beat.get("workspaces"),
         images=beat.get("images"),
+        volumes=beat.get("volumes"),
         runtime=str(beat.get("runtime", "")),
         gpu_source=str(beat.get("gpu_source", "")),
         agent_version=str(beat.get("agent_version", "")),
@@ -187,6 +188,7 @@ def host_heartbeat_record(
     workspaces: dict[str, int] | None = None,
     topology: dict | None = None,
     images: list | None = None,
+    volumes: dict | None = None,
 ) -> Host:
     """Record a verified heartbeat: sync GPUs; reconcile the host's containers.
 
@@ -232,6 +234,7 @@ def host_heartbeat_record(
         containers_listed_at=listed_at,
         workspaces=workspaces if isinstance(workspaces, dict) else None,
         images=images if isinstance(images, list) else None,
+        volumes=volumes if isinstance(volumes, dict) else None,
         now=now,
     )
     return host

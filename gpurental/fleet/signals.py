@@ -12,7 +12,8 @@ from django.dispatch import Signal
 # ``inventory`` (list or None), ``containers`` ({instance id: state} or None, when the beat
 # carried no listing), ``containers_listed_at`` (when that listing was taken), ``workspaces``
 # ({instance id: bytes} or None), ``images`` (the customer images the host caches, a list
-# of {"ref", "bytes", "last_used"}, or None), ``now``.
+# of {"ref", "bytes", "last_used"}, or None), ``volumes`` ({volume id: bytes} or None),
+# ``now``.
 # Receivers: rentals (reconcile the host's containers, check workspace sizes) and
 # acceptance (a joining host's first inventory starts its benchmark), images (the host's
 # cached images, which placement prefers).

@@ -91,11 +91,10 @@ def registry_credential_save(
         raise ImageRefused(str(exc), field="registry") from exc
     for field, value in (("username", username), ("password", password)):
         if not value:
-            raise ImageRefused(_("%(field)s: required") % {"field": field}, field=field)
+            raise ImageRefused(_("required"), field=field)
         if len(value) > LIMITS[field]:
             raise ImageRefused(
-                _("%(field)s: at most %(most)s characters")
-                % {"field": field, "most": LIMITS[field]},
+                _("at most %(most)s characters") % {"most": LIMITS[field]},
                 field=field,
             )
     now = timezone.now()

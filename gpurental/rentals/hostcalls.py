@@ -16,6 +16,7 @@ from gpurental.images.selectors import (
 )
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
+from gpurental.volumes.selectors import volumes_mounted
 
 
 def _send_spec(instance: Instance, task: str) -> None:
@@ -63,7 +64,13 @@ def container_spec(instance: Instance) -> dict:
         "command": list(image.command or []),
         **_dedicated(instance),
         **_pull(instance),
+        **_volumes(instance),
     }
+
+
+def _volumes(instance: Instance) -> dict:
+    mounted = volumes_mounted(instance=instance)
+    return {"volumes": mounted} if mounted else {}
 
 
 def _pull(instance: Instance) -> dict:

@@ -11,13 +11,13 @@ from gpurental.accounts.credentials import credentials_revoked
 from gpurental.fleet.signals import heartbeat_recorded
 from gpurental.rentals.events import instances_wake
 from gpurental.rentals.models import Instance, InstanceStatus
-from gpurental.rentals.services.disk import instances_disk_check
+from gpurental.rentals.services.disk import instances_disk_check, volumes_size_check
 from gpurental.rentals.services.reconcile import host_containers_reconcile
 
 
 @receiver(heartbeat_recorded, dispatch_uid="rentals.heartbeat")
 def heartbeat_settles_instances(
-    sender, host, containers, containers_listed_at, workspaces, now, **kwargs
+    sender, host, containers, containers_listed_at, workspaces, now, volumes=None, **kwargs
 ):
     """The beat's container listing settles the host's instances; its workspace sizes are
     held to their plans' disk limits."""
@@ -27,6 +27,8 @@ def heartbeat_settles_instances(
         )
     if workspaces is not None:
         instances_disk_check(host=host, usage=workspaces, now=now)
+    if volumes is not None:
+        volumes_size_check(host=host, usage=volumes, now=now)
 
 
 @receiver(credentials_revoked, dispatch_uid="rentals.credentials_revoked")

@@ -94,3 +94,44 @@ def test_a_failed_save_exits_with_the_host_s_reason(logged_in, capsys):
     )
     code, _, err = run(capsys, "save-image", "i-1", "with-hello")
     assert code != 0 and "the registry refused the push" in err
+
+
+def test_launch_mounts_volumes_and_volume_commands(logged_in, capsys):
+    from tests.client.conftest import instance
+
+    logged_in.reply("POST", "/api/v1/instances/", (201, instance(status="pending")))
+    code, _, err = run(
+        capsys,
+        "launch",
+        "--gpu",
+        "A10G",
+        "--image",
+        "jupyter-cpu",
+        "--volume",
+        "ds",
+        "--volume",
+        "ckpt:/mnt/ckpt",
+        "--no-wait",
+    )
+    assert code == 0, err
+    assert logged_in.requests[-1].body["volumes"] == [
+        {"volume": "ds", "mount_path": "/data"},
+        {"volume": "ckpt", "mount_path": "/mnt/ckpt"},
+    ]
+    volume = {
+        "id": "v-1",
+        "name": "ds",
+        "host": "node1",
+        "size_gb": 20,
+        "used_bytes": 0,
+        "in_use": False,
+        "mount_path": "",
+    }
+    logged_in.reply("POST", "/api/v1/volumes/", (201, volume))
+    code, out, _ = run(capsys, "volume-create", "ds", "--size", "20", "--host", "node1")
+    assert code == 0 and "Created volume ds (20 GB on node1)" in out
+    assert logged_in.requests[-1].body == {"name": "ds", "size_gb": 20, "host": "node1"}
+    code, _, err = run(
+        capsys, "launch", "--gpu", "A10G", "--image", "x", "--volume", "ds", "--volume", "ds"
+    )
+    assert code == 2 and "each volume once" in err

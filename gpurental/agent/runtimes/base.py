@@ -118,6 +118,8 @@ class ContainerSpec:
     # A customer's own image, pulled from its registry under this policy; None: an image
     # of the platform's, which must be on the host already (or pulled if the agent allows).
     pull: PullPolicy | None = field(default=None, repr=False)
+    # The customer's volumes: (Docker volume name, mount path, volume id) each.
+    volumes: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)

@@ -59,7 +59,8 @@ SECRET_ENV = frozenset(
         "GPURENTAL_SSH_PORT",
     }
 )
-LABEL_SAVED_FROM = "gpurental.saved-from"  # on a saved image: the instance it was saved from
+LABEL_SAVED_FROM = "gpurental.saved-from"
+LABEL_VOLUME = "gpurental.volume"  # on a customer's volume: its id  # on a saved image: the instance it was saved from
 HF_CACHE_MOUNT = "/models/huggingface"
 HF_HOME = f"{WORKSPACE}/.cache/huggingface"
 LOG_MAX_SIZE, LOG_MAX_FILES = "10m", 3  # at most 30 MB of logs per container
@@ -140,6 +141,8 @@ def create_kwargs(
     mounts = [Mount(WORKSPACE, volume_name(spec.instance_id), type="volume")]
     if spec.hf_cache_dir:
         mounts.append(Mount(HF_CACHE_MOUNT, spec.hf_cache_dir, type="bind", read_only=True))
+    # The customer's volumes (gpurental/volumes/), at the paths they chose.
+    mounts += [Mount(path, name, type="volume") for name, path, _volume_id in spec.volumes]
     device_requests = []
     if spec.gpu_source == "nvml" and spec.gpu_uuids:
         device_requests.append(
@@ -540,6 +543,29 @@ class DockerRuntime:
                 usage[instance_id] = size
         return usage
 
+    def volume_usage(self) -> dict[str, int]:
+        """Bytes each of the customers' volumes here holds ({volume id: bytes})."""
+        with _engine_errors("measure the volumes"):
+            volumes = self.client.api.df().get("Volumes") or []
+        usage = {}
+        for volume in volumes:
+            labels = volume.get("Labels") or {}
+            size = (volume.get("UsageData") or {}).get("Size", -1)
+            if (
+                labels.get(LABEL_VOLUME)
+                and size >= 0
+                and labels.get(LABEL_HOST, "") == self.host_name
+            ):
+                usage[labels[LABEL_VOLUME]] = size
+        return usage
+
+    def volume_remove(self, name: str) -> None:
+        """A deleted volume's data goes (the engine refuses while a container mounts it)."""
+        if not name.startswith("gpurental-vol-"):
+            raise RuntimeFailure(f"{name!r} is not a customer's volume")
+        with _engine_errors(f"remove volume {name}"), contextlib.suppress(docker.errors.NotFound):
+            self.client.volumes.get(name).remove()
+
     def logs_tail(self, instance_id: str, lines: int = 30) -> str:
         container = self._find(instance_id)
         if container is None:
@@ -591,6 +617,14 @@ class DockerRuntime:
             # as they are, or makes it.
             self.client.volumes.create(name, labels=instance_labels(instance_id, self.host_name))
 
+    def _ensure_customer_volumes(self, spec: ContainerSpec) -> None:
+        for name, _path, volume_id in spec.volumes:
+            with _engine_errors(f"create volume {name}"):
+                labels = {LABEL_VOLUME: volume_id, LABEL_MANAGED: "true"}
+                if self.host_name:
+                    labels[LABEL_HOST] = self.host_name
+                self.client.volumes.create(name, labels=labels)
+
     def _create_and_start(self, spec: ContainerSpec, progress: Progress) -> Container:
         if spec.hf_cache_dir and not os.path.isdir(spec.hf_cache_dir):
             raise RuntimeFailure(
@@ -598,6 +632,7 @@ class DockerRuntime:
                 "create it or unset the host's model cache setting"
             )
         self._ensure_volume(spec.instance_id)
+        self._ensure_customer_volumes(spec)
         progress(f"creating container from {spec.image}")
         sandbox = self.sandboxes.claim(spec)
         if sandbox is not None:

@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpurental.api.catalog.serializers import GpuChoiceSerializer, launch_image_resolved
+from gpurental.api.volumes.serializers import VolumeMountSerializer
 from gpurental.catalog.selectors import ResolvedImage
 from gpurental.gateway import routes
 from gpurental.gateway.sshroutes import ssh_access
@@ -18,6 +19,7 @@ from gpurental.rentals.selectors import HELD
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, role_refusal
 from gpurental.telemetry.selectors import instance_usage
+from gpurental.volumes.selectors import volumes_mounted
 
 MODEL_REPOS = ["huggingface"]
 
@@ -73,6 +75,9 @@ class InstanceSerializer(serializers.ModelSerializer):
         read_only=True, help_text="The alias the launch named the image by (pytorch-2.1), or ''"
     )
     hf_model = serializers.CharField(read_only=True, help_text="Model asked for at launch, or ''")
+    volumes = serializers.SerializerMethodField(
+        help_text="Your volumes it mounts: [{volume, path}]"
+    )
     hf_model_cached = serializers.SerializerMethodField(
         help_text="Whether the host's shared cache has hf_model (else it downloads into the "
         "instance's own cache on first use); null without a model"
@@ -100,6 +105,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "image",
             "image_ref",
             "image_alias",
+            "volumes",
             "hf_model",
             "hf_model_cached",
             "host",
@@ -123,6 +129,10 @@ class InstanceSerializer(serializers.ModelSerializer):
         if not obj.hf_model or obj.host_id is None:
             return None
         return host_has_model(host=obj.host_id, repo_id=obj.hf_model)
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_volumes(self, obj: Instance) -> list[dict]:
+        return [{"volume": v["volume"], "path": v["path"]} for v in volumes_mounted(instance=obj)]
 
     def get_gpu_indices(self, obj: Instance) -> list[int]:
         # Prefetched by the view as ``held_allocations``: the open-ended allocations,
@@ -280,6 +290,12 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
         min_value=0,
         help_text="Stop after this many idle minutes (0 = never); default: the plan's",
     )
+    volumes = VolumeMountSerializer(
+        many=True,
+        required=False,
+        help_text="Your volumes to mount (/api/v1/volumes/): the instance then runs on their "
+        "host; each must not be held by an instance that has not ended",
+    )
 
     def validate_image(self, value: str) -> ResolvedImage:
         request = self.context.get("request")
@@ -292,6 +308,7 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "image": data["image"].template,
             "image_alias": data["image"].alias,
             "image_ref": data["image"].reference,
+            "volumes": [(v["volume"], v["mount_path"]) for v in data.get("volumes") or []],
             "hf_model": data.get("model", "").strip(),
             "name": data.get("name", ""),
             "mount_model_cache": data.get("model_repo") == "huggingface",

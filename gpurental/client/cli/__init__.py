@@ -4,6 +4,7 @@
     gpurental gpus
     gpurental launch (--gpu MODEL [--count N] | --plan SLUG) --image SLUG|REGISTRY/REPO:TAG
                      [--name NAME] [--model-repo huggingface] [--idle-stop MINUTES]
+                     [--volume NAME[:PATH]]…
                      [--wait | --no-wait]
     gpurental ls [--status STATUS]
     gpurental open ID [--print]
@@ -15,6 +16,7 @@
     gpurental registry [list] | registry login REGISTRY -u USER [--password-stdin]
     gpurental registry logout REGISTRY
     gpurental save-image ID NAME [--no-wait] | saved-images | saved-image-delete NAME
+    gpurental volumes | volume-create NAME --size GB --host HOST | volume-delete NAME
     gpurental webhooks [list] | webhooks add URL [--events E1,E2] [--description TEXT]
     gpurental webhooks delete ID | webhooks deliveries [--endpoint ID] | webhooks resend ID
     gpurental reserve MODEL COUNT --start TIME (--hours H | --end TIME) --image SLUG [--yes]

@@ -88,6 +88,17 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     return OK
 
 
+def _volume_mounts(values: list[str] | None) -> dict[str, str] | None:
+    """--volume NAME[:PATH] (PATH /data when left out), each once."""
+    mounts: dict[str, str] = {}
+    for value in values or []:
+        name, _, path = value.partition(":")
+        if not name or name in mounts:
+            raise UsageError(f"--volume {value!r}: give NAME or NAME:/path, each volume once")
+        mounts[name] = path or "/data"
+    return mounts or None
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     if args.plan and args.count is not None:
         raise UsageError("--count goes with --gpu; a plan fixes the GPU count")
@@ -101,6 +112,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             plan=args.plan,
             name=args.name,
             idle_stop_minutes=args.idle_stop,
+            volumes=_volume_mounts(args.volume),
         )
         if instance.raw.get("image_alias") and not args.json:
             # The article's "pytorch-2.1" and the like: say which image it stands for.
@@ -243,6 +255,12 @@ def add_commands(command: AddCommand) -> None:
         "with the login saved by `gpurental registry login`",
     )
     p.add_argument("--name", help="a name to tell instances apart")
+    p.add_argument(
+        "--volume",
+        action="append",
+        metavar="NAME[:PATH]",
+        help="mount your volume at PATH (default /data); the instance runs on its host",
+    )
     p.add_argument(
         "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"
     )

@@ -88,6 +88,16 @@ def add_commands(command: AddCommand) -> None:
     delete = command("saved-image-delete", cmd_saved_image_delete, "delete a saved image")
     delete.add_argument("image", help="its name or id")
 
+    command("volumes", cmd_volumes, "your volumes: data apart from any one instance")
+    create = command("volume-create", cmd_volume_create, "create a volume on a host")
+    create.add_argument("name")
+    create.add_argument("--size", type=int, required=True, metavar="GB")
+    create.add_argument(
+        "--host", required=True, help="the host it lives on (gpurental ls shows hosts)"
+    )
+    remove = command("volume-delete", cmd_volume_delete, "delete a volume and its data, for good")
+    remove.add_argument("volume", help="its name or id")
+
 
 def _size(size_bytes: int) -> str:
     return f"{size_bytes / 1e9:.2f} GB" if size_bytes else "-"
@@ -133,4 +143,51 @@ def cmd_saved_image_delete(args: argparse.Namespace) -> int:
         print_json({"deleted": args.image})
     else:
         say(f"Deleted saved image {args.image}")
+    return OK
+
+
+def cmd_volumes(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        volumes = client.volumes.list()
+    if args.json:
+        print_json([v.raw for v in volumes])
+    elif not volumes:
+        say("No volumes; create one with: gpurental volume-create NAME --size GB --host HOST")
+    else:
+        table(
+            ["NAME", "HOST", "SIZE", "USED", "MOUNTED"],
+            [
+                [
+                    v.name,
+                    v.host,
+                    f"{v.size_gb} GB",
+                    _size(v.used_bytes),
+                    f"{v.mount_path} (in use)" if v.in_use else "no",
+                ]
+                for v in volumes
+            ],
+        )
+    return OK
+
+
+def cmd_volume_create(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        volume = client.volumes.create(args.name, args.size, args.host)
+    if args.json:
+        print_json(volume.raw)
+    else:
+        say(
+            f"Created volume {volume.name} ({volume.size_gb} GB on {volume.host}); mount it "
+            f"with: gpurental launch … --volume {volume.name}:/data"
+        )
+    return OK
+
+
+def cmd_volume_delete(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        client.volumes.delete(args.volume)
+    if args.json:
+        print_json({"deleted": args.volume})
+    else:
+        say(f"Deleted volume {args.volume} and its data")
     return OK

@@ -91,3 +91,26 @@ def instances_disk_check(*, host: Host, usage: dict[str, int], now: datetime) ->
             if outcome:
                 done[str(instance.pk)] = outcome
     return done
+
+
+def volumes_size_check(*, host: Host, usage: dict, now: datetime) -> list[str]:
+    """The host's measurement of its volumes: a volume over its size stops the instance
+    that mounts it (its data kept), with the reason; the ids of the instances stopped."""
+    from gpurental.volumes.services import in_use, volumes_usage_record
+
+    stopped = []
+    for volume in volumes_usage_record(host=host, usage=usage, now=now):
+        if not in_use(volume) or volume.instance.status != "running":
+            continue
+        try:
+            lifecycle.instance_stop(
+                instance=volume.instance,
+                reason=f"volume {volume.name} holds {volume.used_bytes / 1024**3:.2f} GB, over "
+                f"its {volume.size_gb} GB; stopped, its data kept: delete files from it, or "
+                "make a larger volume",
+                now=now,
+            )
+        except RentalError:
+            continue
+        stopped.append(str(volume.instance_id))
+    return stopped

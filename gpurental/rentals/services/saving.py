@@ -61,7 +61,7 @@ def saved_image_name_check(name: str) -> str:
     if not NAME.match(name):
         raise ImageRefused(
             _(
-                "name: %(name)r must be 1 to 63 lowercase letters, digits, '.', '_' or '-', "
+                "%(name)r must be 1 to 63 lowercase letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
             % {"name": name},
@@ -102,7 +102,7 @@ def image_save_request(
         )
         if taken.exists():
             raise ImageRefused(
-                _("name: you already have a saved image %(name)s; delete it or choose another")
+                _("you already have a saved image %(name)s; delete it or choose another name")
                 % {"name": name},
                 field="name",
             )

@@ -33,6 +33,7 @@ from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-expor
     instance_notice,
 )
 from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
+from gpurental.volumes.services import VolumeRefused, volume_attach, volumes_for_launch
 
 # --- customer actions ---------------------------------------------------------
 
@@ -74,6 +75,7 @@ def instance_launch(
     mount_model_cache: bool = False,
     image_alias: str = "",
     image_ref: str = "",
+    volumes: list[tuple[str, str]] | None = None,
     hf_model: str = "",
     idle_stop_minutes: int | None = None,
     group=None,
@@ -106,6 +108,11 @@ def instance_launch(
             hint=_("Stop an instance or ask for a higher quota."),
         )
         prepaid.launch_allowed(user=locked_user, plan=plan, now=now)
+        # Its volumes pin the instance to their host (volumes_for_launch: free, one host).
+        try:
+            mounts = volumes_for_launch(account=user, wanted=volumes) if volumes else []
+        except VolumeRefused as exc:
+            raise RentalError(exc.message, field=exc.field) from exc
         instance = Instance.objects.create(
             user=user,
             name=name.strip()[:100],
@@ -132,8 +139,11 @@ def instance_launch(
             gpu_model=plan.gpu_model,
             count=plan.gpu_count,
             now=now,
+            host=mounts[0][0].host if mounts else None,
             prefer=_preferred_hosts(hf_model=hf_model, image_ref=image_ref),
         )
+        for volume, path in mounts:
+            volume_attach(volume=volume, instance=instance, path=path, actor=user, now=now)
         instance.host_id = proposal.host_id
         instance.save(update_fields=["host"])
         instance = _lock(instance)

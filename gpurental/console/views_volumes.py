@@ -1,0 +1,70 @@
+"""The console's Volumes page: the account's volumes (a team's when acting for it), with
+what each holds, where it is mounted, a form to make one, and delete."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_POST
+
+from gpurental.fleet.models import Host, HostStatus
+from gpurental.teams import roles
+from gpurental.teams.acting import account_of, require_role, role_refusal
+from gpurental.volumes.selectors import volumes_of
+from gpurental.volumes.services import VolumeRefused, in_use, volume_create, volume_delete
+
+
+class VolumeForm(forms.Form):
+    name = forms.CharField(max_length=63, label=gettext_lazy("Name"))
+    size_gb = forms.IntegerField(min_value=1, max_value=16384, label=gettext_lazy("Size (GB)"))
+    host = forms.ModelChoiceField(
+        queryset=Host.objects.filter(status=HostStatus.ACTIVE).order_by("name"),
+        to_field_name="name",
+        label=gettext_lazy("Host"),
+        help_text=gettext_lazy("Instances that mount it run on this host"),
+    )
+
+
+@login_required
+def volumes(request):
+    account = account_of(request)
+    form = VolumeForm(request.POST or None)
+    if request.method == "POST":
+        require_role(request, roles.OPERATE)
+    if request.method == "POST" and form.is_valid():
+        try:
+            volume = volume_create(account=account, actor=request.user, **form.cleaned_data)
+        except VolumeRefused as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, _("Volume %(name)s created.") % {"name": volume.name})
+            return redirect("volumes")
+    rows = [(volume, in_use(volume)) for volume in volumes_of(account=account)]
+    return render(
+        request,
+        "console/volumes.html",
+        {"form": form, "rows": rows, "may_operate": not role_refusal(request, roles.OPERATE)},
+    )
+
+
+@login_required
+@require_POST
+def volume_delete_view(request, volume_id):
+    require_role(request, roles.OPERATE)
+    volume = volumes_of(account=account_of(request)).filter(pk=volume_id).first()
+    if volume is None:
+        raise Http404("No such volume.")
+    try:
+        volume_delete(volume=volume, actor=request.user)
+    except VolumeRefused as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request, _("Volume %(name)s deleted with its data.") % {"name": volume.name}
+        )
+    return redirect("volumes")

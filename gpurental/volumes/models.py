@@ -1,0 +1,78 @@
+"""Volumes: a customer's data apart from any one instance. A volume lives on one host (a
+Docker volume there, ``gpurental-vol-<id>``), is mounted into an instance at launch at a
+path of the customer's choice, and outlives it: the next instance on that host mounts it
+again. It is in use while the instance it was last attached to has not ended."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class VolumeStatus(models.TextChoices):
+    AVAILABLE = "available", _("Available")
+    DELETED = "deleted", _("Deleted")
+
+
+class Volume(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="volumes"
+    )
+    name = models.CharField(max_length=64)
+    host = models.ForeignKey("fleet.Host", on_delete=models.PROTECT, related_name="volumes")
+    size_gb = models.PositiveIntegerField(help_text="What it may hold; writes past it are stopped")
+    status = models.CharField(
+        max_length=10, choices=VolumeStatus.choices, default=VolumeStatus.AVAILABLE
+    )
+    # The instance it was last attached to, and where; in use while that one has not ended.
+    instance = models.ForeignKey(
+        "rentals.Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="volumes"
+    )
+    mount_path = models.CharField(max_length=200, blank=True)
+    used_bytes = models.BigIntegerField(default=0, help_text="As the host last measured it")
+    measured_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "name"],
+                condition=~Q(status="deleted"),
+                name="volume_name_unique",
+            ),
+            models.CheckConstraint(condition=Q(size_gb__gte=1), name="volume_size_positive"),
+            models.CheckConstraint(
+                condition=Q(instance__isnull=True) | ~Q(mount_path=""), name="volume_mounted_at"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def docker_name(self) -> str:
+        return f"gpurental-vol-{self.pk}"
+
+
+class VolumeEvent(models.Model):
+    """Append-only history of a volume: created, attached, detached, over its size, deleted."""
+
+    volume = models.ForeignKey(Volume, on_delete=models.PROTECT, related_name="events")
+    created_at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=16)
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.reason[:60]}"

@@ -1,0 +1,15 @@
+"""Volumes keep the rules every resource keeps (tests/api/resources.py)."""
+
+import uuid
+
+from gpurental.volumes.services import volume_create
+from tests.api.resources import OwnedResourceRules
+from tests.factories import HostFactory
+
+
+class TestVolumeRules(OwnedResourceRules):
+    list_url = "/api/v1/volumes/"
+
+    def make(self, request, owner):
+        host = HostFactory(name=f"h-{uuid.uuid4().hex[:6]}", status="active")
+        return volume_create(account=owner, name="data", size_gb=10, host=host, actor=owner)

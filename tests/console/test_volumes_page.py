@@ -1,0 +1,39 @@
+"""The console's Volumes page: empty, full and broken; another customer's is a 404."""
+
+import pytest
+from django.urls import reverse
+
+from gpurental.volumes.models import Volume
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_list_and_delete_a_volume(client, alice, a100, make_host, sent):
+    make_host("node1", a100)
+    client.force_login(alice)
+    assert "No volumes yet." in client.get(reverse("volumes")).text
+    page = client.post(
+        reverse("volumes"), {"name": "ds", "size_gb": 20, "host": "node1"}, follow=True
+    ).text
+    assert "Volume ds created." in page and 'id="volumes"' in page and "20 GB" in page
+    volume = Volume.objects.get()
+    page = client.post(reverse("volume_delete", args=[volume.pk]), follow=True).text
+    assert "Volume ds deleted with its data." in page and "No volumes yet." in page
+
+
+def test_a_bad_volume_says_why_on_its_field(client, alice, a100, make_host):
+    make_host("node1", a100)
+    client.force_login(alice)
+    page = client.post(reverse("volumes"), {"name": "Bad Name", "size_gb": 1, "host": "node1"}).text
+    assert "must be 1 to 63 lowercase letters" in page
+    assert not Volume.objects.exists()
+
+
+def test_another_customer_cannot_delete_it(client, alice, bob, a100, make_host):
+    from gpurental.volumes.services import volume_create
+
+    host = make_host("node1", a100)
+    volume = volume_create(account=alice, name="ds", size_gb=1, host=host, actor=alice)
+    client.force_login(bob)
+    assert client.post(reverse("volume_delete", args=[volume.pk])).status_code == 404
+    assert 'id="volumes"' not in client.get(reverse("volumes")).text
