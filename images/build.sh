@@ -34,7 +34,7 @@ FORCE=${FORCE:-0}
 
 SUITE=bookworm
 BASE_TAG=gpurental/base:$SUITE
-BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,openssh-server
+BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,openssh-server,rsync
 JUPYTER_TAG=gpurental/jupyter-cpu:latest
 SERVING_TAG=gpurental/serving-echo:latest
 WHEELS="$CACHE/wheels/jupyter"

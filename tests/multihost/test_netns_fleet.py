@@ -200,3 +200,89 @@ def test_three_hosts_in_their_own_namespaces(fleet, catalog, alice, bob, docker_
     status, raw = jupyter(victim, "/api/contents/kept.txt?content=1")
     assert status == 200 and json.loads(raw)["content"] == "kept across the cut"
     assert victim.allocations.filter(period__upper_inf=True).count() == 2
+
+
+def test_an_own_image_saved_on_one_host_runs_on_another_with_a_volume_that_outlives_both(
+    fleet,
+    catalog,
+    alice,
+    registry,
+    platform_registry,
+    jupyter_in_registry,
+    docker_client,
+    settings,
+    tmp_path,
+):
+    """Issue 30's "done when": a customer pushes their own image and launches it with its
+    GPUs; as root in it, installs a package; saves it; launches the saved image on a second
+    host with a volume; the volume's data survives terminating both instances."""
+    from gpurental.images.models import SavedImage
+    from gpurental.images.services import registry_credential_save
+    from gpurental.rentals.services.saving import image_save_request
+    from gpurental.volumes.services import volume_create
+    from tests.agent.test_root_in_container import a_deb, put, run
+    from tests.stack import REGISTRY_USERS
+
+    model, template = catalog
+    settings.CUSTOM_IMAGE_TEMPLATE = template.slug
+    registry_credential_save(
+        account=alice,
+        registry=registry.address,
+        username="alice",
+        password=REGISTRY_USERS["alice"],
+        actor=alice,
+    )
+    first = lc.instance_launch(
+        user=alice, image=template, image_ref=jupyter_in_registry, gpu_model=model, gpu_count=1
+    )
+    first = wait_status(first, S.RUNNING, fleet)
+    container = docker_client.containers.get(f"gpurental-{first.pk}")
+    assert container.image.id == docker_client.images.get(jupyter_in_registry).id
+    env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] in ("0", "1")  # its GPU (simulated hosts name it)
+    assert run(container, "id -u")[1] == "0"
+    put(container, a_deb(tmp_path))
+    assert run(container, "apt-get install -y /tmp/hello-gpr.deb")[0] == 0
+
+    saved = image_save_request(instance=first, name="with-hello", actor=alice)
+    wait_for(
+        lambda: SavedImage.objects.get(pk=saved.pk).status in ("ready", "failed"),
+        120,
+        "the image to be saved and pushed",
+    )
+    saved.refresh_from_db()
+    assert saved.status == "ready", saved.status_reason
+
+    other_host = next(a.host for a in fleet if a.host.pk != first.host_id)
+    volume = volume_create(account=alice, name="results", size_gb=1, host=other_host, actor=alice)
+    second = lc.instance_launch(
+        user=alice,
+        image=saved.template,
+        image_ref=saved.reference,
+        gpu_model=model,
+        gpu_count=1,
+        volumes=[("results", "/data")],
+    )
+    second = wait_status(second, S.RUNNING, fleet)
+    assert second.host_id == other_host.pk != first.host_id
+    container = docker_client.containers.get(f"gpurental-{second.pk}")
+    assert run(container, "hello-gpr") == (0, "hello from a package")  # in the saved image
+    assert run(container, "echo trained > /data/result.txt")[0] == 0
+
+    for instance in (first, second):
+        lc.instance_terminate(instance=instance, actor=alice)
+    for instance in (first, second):
+        wait_status(instance, S.TERMINATED, fleet)
+
+    # Both gone; the volume and its data are not: the next instance on its host has them.
+    third = lc.instance_launch(
+        user=alice,
+        image=template,
+        gpu_model=model,
+        gpu_count=1,
+        volumes=[(str(volume.pk), "/results")],
+    )
+    third = wait_status(third, S.RUNNING, fleet)
+    container = docker_client.containers.get(f"gpurental-{third.pk}")
+    assert run(container, "cat /results/result.txt") == (0, "trained")
+    lc.instance_terminate(instance=third, actor=alice)

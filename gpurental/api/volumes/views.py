@@ -3,6 +3,7 @@ with ``"volumes": [{"volume": "<id or name>", "mount_path": "/data"}]``."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -55,7 +56,9 @@ class VolumeViewSet(
         data = form.validated_data
         host = host_named(data["host"])
         if host is None:
-            raise ValidationError({"host": [f"there is no host {data['host']}"]})
+            raise ValidationError(
+                {"host": [_("there is no host %(host)s") % {"host": data["host"]}]}
+            )
         try:
             volume = volume_create(
                 account=account_of(request),
