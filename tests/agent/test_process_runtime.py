@@ -172,3 +172,13 @@ def test_instance_ids_must_be_uuids(runtime, make_spec):
         make_spec(instance_id="../../etc")
     with pytest.raises(ValueError, match="UUID"):
         runtime.remove("../../etc")
+
+
+def test_a_spec_with_volumes_is_refused_in_words(tmp_path, make_spec):
+    from gpurental.agent.runtimes import RuntimeFailure
+    from gpurental.agent.runtimes.process import ProcessRuntime
+
+    runtime = ProcessRuntime(base_dir=str(tmp_path))
+    spec = make_spec(volumes=(("gpurental-vol-x", "/data", "x"),))
+    with pytest.raises(RuntimeFailure, match="cannot mount volumes"):
+        runtime.start(spec, lambda *a, **k: None)

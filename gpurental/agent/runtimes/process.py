@@ -100,6 +100,11 @@ class ProcessRuntime:
             )
 
     def start(self, spec: ContainerSpec, progress: Progress) -> Started:
+        if spec.volumes:
+            raise RuntimeFailure(
+                "this host runs instances as processes, without a Docker Engine: it cannot "
+                "mount volumes; launch without them, or on a host with Docker"
+            )
         if spec.pull is not None:
             raise RuntimeFailure(
                 f"this host runs instances as processes, without a Docker Engine: it cannot "

@@ -152,10 +152,14 @@ def image_report_receive(*, message: dict, now: datetime) -> None:
     kind, data = payload.get("kind"), payload.get("data") or {}
     if kind not in protocol.IMAGE_KINDS or not isinstance(data, dict):
         refuse_message(name=host.name, what="image report", why=f"kind {kind!r}", now=now)
+    try:
+        image_id = uuid.UUID(str(data.get("saved_image_id", "")))
+    except ValueError:
+        refuse_message(name=host.name, what="image report", why="no saved image id", now=now)
     with transaction.atomic():
         image = (
             SavedImage.objects.select_for_update()
-            .filter(pk=str(data.get("saved_image_id", "")), source_instance__host=host)
+            .filter(pk=image_id, source_instance__host=host)
             .first()
         )
         if image is None or image.status != S.SAVING:

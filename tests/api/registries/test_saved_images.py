@@ -159,3 +159,11 @@ def test_a_saved_image_s_name_is_free_again_once_deleted(platform, running, alic
     report(running.host, "failed", saved_image_id=str(first.pk), reason="x")
     saved_image_delete(image=first, actor=alice)
     assert image_save_request(instance=running, name="same", actor=alice).status == "saving"
+
+
+def test_a_report_without_a_saved_image_id_is_refused_and_audited(platform, running):
+    from gpurental.fleet.hostlink import MessageRefused
+
+    with pytest.raises(MessageRefused):
+        report(running.host, "saved", saved_image_id="not-a-uuid", size_bytes=1, digest="x")
+    assert AuditEvent.objects.filter(action="host.image report_refused").exists()
