@@ -25,6 +25,8 @@ def acceptance_report(**message) -> None:
         log.warning("%s", exc)
 
 
-@app.task(name="gpurental.acceptance.tasks.acceptance_runs_expire", time_limit=60)
+@app.task(
+    name="gpurental.acceptance.tasks.acceptance_runs_expire", time_limit=60, soft_time_limit=50
+)
 def expire_runs() -> None:
     acceptance_runs_expire(now=timezone.now())
