@@ -40,6 +40,14 @@ class RegistryLogin:
         )
 
 
+def _id_of(items, wanted: str, noun: str) -> str:
+    """The id of the item whose id, name or registry is ``wanted``; GpuRentalError if none."""
+    for item in items:
+        if wanted in (item.id, getattr(item, "name", None), getattr(item, "registry", None)):
+            return item.id
+    raise GpuRentalError(f"no {noun} {wanted!r}")
+
+
 class RegistryLogins:
     """``client.registry_logins``."""
 
@@ -58,13 +66,11 @@ class RegistryLogins:
 
     def delete(self, login: RegistryLogin | str) -> None:
         """Delete a login, by its id or its registry's name."""
-        if isinstance(login, RegistryLogin):
-            login_id = login.id
-        else:
-            matches = [item.id for item in self.list() if login in (item.id, item.registry)]
-            if not matches:
-                raise GpuRentalError(f"no registry login for {login!r}")
-            login_id = matches[0]
+        login_id = (
+            login.id
+            if isinstance(login, RegistryLogin)
+            else _id_of(self.list(), login, "registry login for")
+        )
         self._client._request("DELETE", f"registry-logins/{quote(login_id, safe='')}/")
 
 
@@ -136,13 +142,9 @@ class SavedImages:
 
     def delete(self, image: SavedImage | str) -> None:
         """Delete a saved image, by its id or its name."""
-        if isinstance(image, SavedImage):
-            image_id = image.id
-        else:
-            matches = [item.id for item in self.list() if image in (item.id, item.name)]
-            if not matches:
-                raise GpuRentalError(f"no saved image {image!r}")
-            image_id = matches[0]
+        image_id = (
+            image.id if isinstance(image, SavedImage) else _id_of(self.list(), image, "saved image")
+        )
         self._client._request("DELETE", f"saved-images/{quote(image_id, safe='')}/")
 
 
@@ -190,11 +192,7 @@ class Volumes:
         return Volume.from_api(self._client._request("POST", "volumes/", json_body=body))
 
     def delete(self, volume: Volume | str) -> None:
-        if isinstance(volume, Volume):
-            volume_id = volume.id
-        else:
-            matches = [item.id for item in self.list() if volume in (item.id, item.name)]
-            if not matches:
-                raise GpuRentalError(f"no volume {volume!r}")
-            volume_id = matches[0]
+        volume_id = (
+            volume.id if isinstance(volume, Volume) else _id_of(self.list(), volume, "volume")
+        )
         self._client._request("DELETE", f"volumes/{quote(volume_id, safe='')}/")
