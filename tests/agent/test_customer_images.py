@@ -224,11 +224,29 @@ def test_the_least_recently_used_images_go_when_the_cache_is_over_its_limit(
 
 
 def test_a_cached_image_whose_tag_moved_on_is_replaced_by_the_new_one(
-    docker_runtime, registry, small_image, make_spec, cleanup, tmp_path
+    docker_runtime, registry, small_image, make_spec, cleanup, tmp_path, monkeypatch
 ):
     """The registry is asked while the cached image's container starts; when the tag now
     names another image, that one is pulled and the container made again from it."""
     client = docker_runtime.client
+    # A registry slower than the engine (the usual case, over a network): its answer comes
+    # once the container from the cached image exists. Here it would often win the race,
+    # and the container would be made from the new image at once.
+    created = threading.Event()
+    create, check = docker_runtime._create_and_start, docker_runtime._ensure_customer_image
+
+    def create_then_let_the_registry_answer(*args, **kwargs):
+        try:
+            return create(*args, **kwargs)
+        finally:
+            created.set()
+
+    def answer_once_the_container_exists(*args, **kwargs):
+        assert created.wait(60)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(docker_runtime, "_create_and_start", create_then_let_the_registry_answer)
+    monkeypatch.setattr(docker_runtime, "_ensure_customer_image", answer_once_the_container_exists)
     policy = PullPolicy(10 * GB, 120, registry_login(registry))
     repository, tag = small_image.rsplit(":", 1)
     # The tag, cached here, names the platform's JupyterLab image first...
