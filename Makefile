@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test test-fast bench-smoke lint format images docker-engine lock migrate clean-var client-dist messages
+.PHONY: install demo test test-fast fuzz bench-smoke lint format images docker-engine lock migrate clean-var client-dist messages
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -46,6 +46,11 @@ test: install
 # marked docker, browser or slow (processes, live servers); `make test` runs everything.
 test-fast: install
 	$(BIN)/python -m pytest -n auto -q -m "not docker and not browser and not slow" $(PYTEST_ARGS)
+
+# The API fuzz with schemathesis's coverage phase too (every boundary and wrong type of every
+# field): ~150 s more than the fuzz in `make test`, so CI runs it once here (.ci/run).
+fuzz: install
+	FUZZ_COVERAGE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) -q tests/api/test_schema_fuzz.py $(PYTEST_ARGS)
 
 # Every bench at a small size: it must still run and print sane figures (never a timing goal).
 # One set of embedded servers, migrated once, for all of them (bench/smoke.py).
