@@ -112,6 +112,11 @@ app.conf.beat_schedule = {
         "schedule": float(os.environ.get("BILLING_METER_INTERVAL", "60")),
         "options": {"queue": "control", "expires": 50},
     },
+    "storage-meter": {
+        "task": "gpurental.storage.tasks.meter",
+        "schedule": 600.0,
+        "options": {"queue": "control", "expires": 540},
+    },
     "billing-enforce-limits": {
         "task": "gpurental.billing.tasks.enforce_limits",
         "schedule": 60.0,

@@ -154,6 +154,7 @@ INSTALLED_APPS = [
     "gpurental.modelcache",
     "gpurental.images",
     "gpurental.volumes",
+    "gpurental.storage",
 ]
 
 MIDDLEWARE = [

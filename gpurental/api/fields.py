@@ -68,3 +68,27 @@ def hours_field(**kwargs) -> serializers.DecimalField:
     return serializers.DecimalField(
         max_digits=14, decimal_places=4, rounding=ROUND_HALF_UP, read_only=True, **kwargs
     )
+
+
+class StorageMonthlyField(serializers.ReadOnlyField):
+    """What keeping the object costs a month (730 h) at today's storage price: ``gb_of``
+    gives its size in GB (gpurental/storage/)."""
+
+    def __init__(self, kind: str, gb_of, **kwargs):
+        kwargs.setdefault(
+            "help_text", "What keeping it costs a month (730 h) at today's storage price"
+        )
+        self.kind, self.gb_of = kind, gb_of
+        super().__init__(source="*", **kwargs)
+
+    def to_representation(self, value) -> str:
+        from gpurental.storage.selectors import monthly_cost
+        from gpurental.storage.services import prices
+
+        # The prices once per response, not once per object of a list.
+        rates = self.context.setdefault("storage_prices", None) or prices()
+        self.context["storage_prices"] = rates
+        return str(monthly_cost(self.kind, self.gb_of(value), rates))
+
+
+extend_schema_field({"type": "string", "format": "decimal"})(StorageMonthlyField)

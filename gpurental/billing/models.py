@@ -191,6 +191,9 @@ class InvoiceLine(models.Model):
     lease = models.ForeignKey(
         "baremetal.Lease", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # A stored thing's storage (gpurental/storage/): a volume, a saved image, or the
+    # workspace of a stopped instance.
+    stored_object_id = models.UUIDField(null=True, blank=True)
     rate_kind = models.CharField(max_length=16, choices=RateKind.choices)
     description = models.CharField(max_length=255)
     gpu_hours = models.DecimalField(max_digits=12, decimal_places=4)

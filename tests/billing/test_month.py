@@ -39,6 +39,7 @@ from gpurental.billing.services.metering import meter_run
 from gpurental.rentals.models import InstanceStatus
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.rentals.services.reconcile import fleet_reconcile
+from gpurental.storage.models import StoragePrice
 from tests.billing.conftest import beat
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -52,6 +53,8 @@ def local(*args):
 def test_a_month_of_stops_restarts_nights_dst_and_a_lost_host(
     berlin, funded, plan, image, make_host, run_instance, stop_instance, start_instance, sent
 ):
+    # GPU time alone: a stopped workspace's storage is tests/billing/test_storage.py's.
+    StoragePrice.objects.filter(kind="workspace").update(gb_month=0)
     host = make_host("node1", plan.gpu_model)
     last_beat = local(2026, 11, 1, 1, 30)
     state = {}

@@ -125,8 +125,11 @@ def test_save_as_image_from_the_instance_page_then_listed_and_deleted(
         ),
         now=timezone.now(),
     )
+    settings.BILLING_CURRENCY = "USD"
     page = client.get(reverse("images")).text
     assert "Ready" in page and saved.reference in page
+    # 2 GB (1.863 GiB) at the migration's 0.05 per GB-month.
+    assert '<td class="cost">$0.09</td>' in page
     assert "/launch/?own_image=" in page  # its Launch button fills the launch form in
     launch = client.get(reverse("launch"), {"own_image": saved.reference}).text
     assert f'value="{saved.reference}"' in launch

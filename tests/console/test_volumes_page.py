@@ -37,3 +37,31 @@ def test_another_customer_cannot_delete_it(client, alice, bob, a100, make_host):
     client.force_login(bob)
     assert client.post(reverse("volume_delete", args=[volume.pk])).status_code == 404
     assert 'id="volumes"' not in client.get(reverse("volumes")).text
+
+
+def test_the_page_says_what_each_volume_and_a_stopped_workspace_cost_a_month(
+    client, alice, a100, make_host, sent, settings
+):
+    """At the migration's prices: 0.07 per GB-month for a volume, 0.20 for a workspace."""
+    settings.BILLING_CURRENCY = "USD"
+    make_host("node1", a100)
+    client.force_login(alice)
+    page = client.post(
+        reverse("volumes"), {"name": "ds", "size_gb": 300, "host": "node1"}, follow=True
+    ).text
+    assert "A volume costs $0.0700 per GB a month" in page
+    assert '<td class="cost">$21.00</td>' in page  # 300 GB × 0.07
+
+
+def test_an_instance_page_says_what_its_workspace_costs_while_stopped(
+    client, alice, a100, image, make_host, sent, settings
+):
+    from gpurental.rentals.services import lifecycle as lc
+
+    settings.BILLING_CURRENCY = "USD"
+    make_host("node1", a100)
+    instance = lc.instance_launch(user=alice, gpu_model=a100, gpu_count=1, image=image)
+    client.force_login(alice)
+    page = client.get(reverse("instance", args=[instance.pk])).text
+    cost = "$%.2f" % (0.20 * instance.plan.disk_gb)
+    assert f"its workspace ({instance.plan.disk_gb} GB) is kept, at {cost} a month" in page

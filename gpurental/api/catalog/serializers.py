@@ -8,11 +8,12 @@ from django.db.models import Q
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
-from gpurental.api.fields import CurrencyField, LocalTimeField, money_field
+from gpurental.api.fields import CurrencyField, LocalTimeField, StorageMonthlyField, money_field
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import ResolvedImage, image_names_offered, image_resolve
 from gpurental.images.services import ImageRefused, custom_image_resolved
 from gpurental.rentals.selectors import free_gpus
+from gpurental.storage.models import StoredKind
 
 
 def _slug() -> serializers.CharField:
@@ -57,6 +58,11 @@ class PlanSerializer(serializers.ModelSerializer):
     reserved_rate = money_field(help_text="Hourly price of booked (reserved) capacity")
     off_peak_start = LocalTimeField(read_only=True, help_text="In the operator's time zone")
     off_peak_end = LocalTimeField(read_only=True, help_text="In the operator's time zone")
+    stopped_monthly = StorageMonthlyField(
+        StoredKind.WORKSPACE,
+        lambda plan: plan.disk_gb,
+        help_text="What the workspace (disk_gb) of a stopped instance costs a month (730 h)",
+    )
     currency = CurrencyField()
 
     class Meta:
@@ -76,6 +82,7 @@ class PlanSerializer(serializers.ModelSerializer):
             "off_peak_rate",
             "reserved_discount",
             "reserved_rate",
+            "stopped_monthly",
             "currency",
         ]
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from gpurental.api.fields import CurrencyField, StorageMonthlyField
 from gpurental.images.models import SavedImage, SavedImageEvent
+from gpurental.storage.models import StoredKind
+from gpurental.storage.services import gb_of
 
 
 class SavedImageEventSerializer(serializers.ModelSerializer):
@@ -22,6 +25,10 @@ class SavedImageEventSerializer(serializers.ModelSerializer):
 class SavedImageSerializer(serializers.ModelSerializer):
     template = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     source_instance = serializers.UUIDField(source="source_instance_id", read_only=True)
+    monthly_cost = StorageMonthlyField(
+        StoredKind.SAVED_IMAGE, lambda image: gb_of(image.size_bytes)
+    )
+    currency = CurrencyField()
 
     class Meta:
         model = SavedImage
@@ -36,6 +43,8 @@ class SavedImageSerializer(serializers.ModelSerializer):
             "source_instance",
             "created_at",
             "ready_at",
+            "monthly_cost",
+            "currency",
         ]
         read_only_fields = fields
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from gpurental.api.fields import CurrencyField, StorageMonthlyField
+from gpurental.storage.models import StoredKind
 from gpurental.volumes.models import Volume
 
 
@@ -15,6 +17,8 @@ class VolumeSerializer(serializers.ModelSerializer):
     in_use = serializers.SerializerMethodField(
         help_text="Whether that instance has not ended: then it cannot go to another"
     )
+    monthly_cost = StorageMonthlyField(StoredKind.VOLUME, lambda volume: volume.size_gb)
+    currency = CurrencyField()
 
     class Meta:
         model = Volume
@@ -30,6 +34,8 @@ class VolumeSerializer(serializers.ModelSerializer):
             "mount_path",
             "in_use",
             "created_at",
+            "monthly_cost",
+            "currency",
         ]
         read_only_fields = fields
 

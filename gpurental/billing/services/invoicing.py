@@ -29,7 +29,7 @@ from gpurental.accounts.languages import languages_of
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.baremetal.selectors import lease_charge_entries, lease_invoice_lines
-from gpurental.billing import pricing
+from gpurental.billing import pricing, sources
 from gpurental.billing.documents import bill_to_lines
 from gpurental.billing.exceptions import BillingError
 from gpurental.billing.models import (
@@ -73,6 +73,7 @@ def invoice_generate(*, user: User, year: int, month: int, now: datetime | None 
             rows = list(_charge_groups(Charge.objects.filter(user=user), start, end))
             booked = _reservation_lines(start, end, user_ids=[user.pk]).get(user.pk, [])
             booked += lease_invoice_lines(start, end, user_ids=[user.pk]).get(user.pk, [])
+            booked += sources.lines_of(start, end, user_ids=[user.pk]).get(user.pk, [])
             _write_lines(invoice, _lines(rows, _instances(rows)) + booked)
     return invoice
 
@@ -89,6 +90,8 @@ def invoices_generate(*, year: int, month: int, now: datetime | None = None) -> 
     by_user = {user_id: list(group) for user_id, group in itertools.groupby(rows, _user_of)}
     booked = _reservation_lines(start, end)
     for user_id, lines in lease_invoice_lines(start, end).items():  # dedicated hosts
+        booked[user_id].extend(lines)
+    for user_id, lines in sources.lines_of(start, end).items():  # storage…
         booked[user_id].extend(lines)
     for user_id in booked:
         by_user.setdefault(user_id, [])
@@ -261,6 +264,7 @@ def _copies(lines: Sequence[InvoiceLine]) -> list[InvoiceLine]:
             instance_id=line.instance_id,
             reservation_id=line.reservation_id,
             lease_id=line.lease_id,
+            stored_object_id=line.stored_object_id,
             rate_kind=line.rate_kind,
             description=line.description,
             gpu_hours=line.gpu_hours,
@@ -381,9 +385,22 @@ def _debits_of(invoice: Invoice, lines: Sequence[InvoiceLine]) -> list[LedgerEnt
                 pk__in=lease_charge_entries(line.lease_id, line.rate_kind, start, end)
             )
         else:
-            continue
+            found = sources.debits_of(line, start, end)  # storage…
+            if found is None:
+                continue
         debits += [entry for entry in found if entry not in debits]
     return debits
+
+
+def _line_key(line: InvoiceLine) -> tuple:
+    """What a line charged for: its credit notes' lines have the same key."""
+    return (
+        line.instance_id,
+        line.reservation_id,
+        line.lease_id,
+        line.stored_object_id,
+        line.rate_kind,
+    )
 
 
 def invoice_credit_note(
@@ -419,13 +436,11 @@ def invoice_credit_note(
         for line in InvoiceLine.objects.filter(
             invoice__corrects=original, invoice__kind=Invoice.Kind.CREDIT_NOTE
         ).exclude(invoice__status=InvoiceStatus.VOID):
-            credited[line.instance_id, line.reservation_id, line.lease_id, line.rate_kind] += (
-                line.amount
-            )
+            credited[_line_key(line)] += line.amount
         notes = []
         for line, amount in credits:
             amount = Decimal(amount)
-            key = (line.instance_id, line.reservation_id, line.lease_id, line.rate_kind)
+            key = _line_key(line)
             if line.invoice_id != original.pk:
                 raise BillingError(f"line {line.pk} is not on {original}", field="credits")
             if amount <= 0 or amount != quantize_money(amount):
@@ -444,6 +459,7 @@ def invoice_credit_note(
                     instance_id=line.instance_id,
                     reservation_id=line.reservation_id,
                     lease_id=line.lease_id,
+                    stored_object_id=line.stored_object_id,
                     rate_kind=line.rate_kind,
                     description=f"Credit: {line.description}. {reason.strip()}"[:255],
                     gpu_hours=hours.quantize(HOURS),

@@ -62,6 +62,8 @@ def test_plans_show_money_as_strings_with_the_currency(as_alice, a100):
     assert (data["off_peak_start"], data["off_peak_end"]) == ("00:00:00", "08:00:00")
     assert data["currency"] == "EUR"
     assert not any(isinstance(v, float) for v in data.values())
+    # Its disk while stopped, at the migration's 0.20 per GB-month.
+    assert data["stopped_monthly"] == str(Decimal("0.20") * plan.disk_gb)
 
 
 def test_plans_list_only_active_ones(as_alice, a100):

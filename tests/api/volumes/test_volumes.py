@@ -168,3 +168,17 @@ def test_a_volume_over_its_size_stops_the_instance_that_mounts_it(
     assert instance.status in ("stopping", "stopped")
     assert "volume d holds 1.00 GB, over its 1 GB" in instance.status_reason
     assert VolumeEvent.objects.filter(kind="over_size").count() == 1
+
+
+def test_a_volume_says_what_it_costs_a_month(as_alice, two_hosts):
+    from decimal import Decimal
+
+    from gpurental.storage.models import StoragePrice
+
+    StoragePrice.objects.update_or_create(kind="volume", defaults={"gb_month": Decimal("0.07")})
+    created = as_alice.post(URL, {"name": "data", "size_gb": 200, "host": "node1"}, format="json")
+    assert created.status_code == 201, created.content
+    listed = as_alice.get(URL).json()["results"]
+    assert [(v["name"], v["monthly_cost"], v["currency"]) for v in listed] == [
+        ("data", "14.00", "USD")
+    ]

@@ -33,6 +33,7 @@ from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-expor
     instance_notice,
 )
 from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
+from gpurental.storage import services as storage
 from gpurental.volumes.services import VolumeRefused, volume_attach, volumes_for_launch
 
 # --- customer actions ---------------------------------------------------------
@@ -362,6 +363,8 @@ def instance_start(
             return instance
         if instance.status != S.STOPPED:
             _refuse(instance, "start", {S.STOPPED})
+        # Its workspace was charged as storage while stopped: up to now, before it goes.
+        storage.workspace_settle(instance=instance, now=now)
         if instance.reservation_id is not None:
             gpus = _reserved_gpus(instance, now)
         elif instance.lease_id is not None:
@@ -562,6 +565,7 @@ def instance_terminate(
         if instance.status in (S.TERMINATING, S.TERMINATED):
             return instance
         reason = f"terminated by {actor}" if actor else "terminated"
+        storage.workspace_settle(instance=instance, now=now)  # if stopped: charged up to now
         # Billing ends now for a run under way (also one stopped mid-restart).
         billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
         if instance.status != S.LOST and host_alive(instance, now):
