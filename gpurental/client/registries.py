@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -85,6 +86,7 @@ class SavedImage:
     status_reason: str
     size_bytes: int
     created_at: datetime | None
+    monthly_cost: Decimal | None  # what keeping it costs a month, in ``raw["currency"]``
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -99,6 +101,7 @@ class SavedImage:
             status_reason=data.get("status_reason", ""),
             size_bytes=int(data.get("size_bytes") or 0),
             created_at=_parse_time(data.get("created_at")),
+            monthly_cost=_money(data.get("monthly_cost")),
             raw=data,
         )
 
@@ -159,6 +162,7 @@ class Volume:
     used_bytes: int
     in_use: bool
     mount_path: str
+    monthly_cost: Decimal | None  # what keeping it costs a month, in ``raw["currency"]``
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -173,6 +177,7 @@ class Volume:
             used_bytes=int(data.get("used_bytes") or 0),
             in_use=bool(data.get("in_use")),
             mount_path=data.get("mount_path", ""),
+            monthly_cost=_money(data.get("monthly_cost")),
             raw=data,
         )
 
@@ -196,3 +201,11 @@ class Volumes:
             volume.id if isinstance(volume, Volume) else _id_of(self.list(), volume, "volume")
         )
         self._client._request("DELETE", f"volumes/{quote(volume_id, safe='')}/")
+
+
+def _money(value: Any) -> Decimal | None:
+    """An amount the API sends as a string; None when absent or not a number."""
+    try:
+        return Decimal(str(value)) if value not in (None, "") else None
+    except InvalidOperation:
+        return None

@@ -135,3 +135,9 @@ def test_launch_mounts_volumes_and_volume_commands(logged_in, capsys):
         capsys, "launch", "--gpu", "A10G", "--image", "x", "--volume", "ds", "--volume", "ds"
     )
     assert code == 2 and "each volume once" in err
+    # The list says what each costs a month.
+    priced = {**volume, "monthly_cost": "1.40", "currency": "USD"}
+    logged_in.reply("GET", "/api/v1/volumes/", (200, {"results": [priced], "next": None}))
+    code, out, err = run(capsys, "volumes")
+    assert code == 0, err
+    assert "PER MONTH" in out and "1.40 USD" in out

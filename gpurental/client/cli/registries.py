@@ -112,9 +112,16 @@ def cmd_saved_images(args: argparse.Namespace) -> int:
         say("No saved images; save a running instance with: gpurental save-image ID NAME")
     else:
         table(
-            ["NAME", "STATUS", "SIZE", "SAVED", "REFERENCE"],
+            ["NAME", "STATUS", "SIZE", "PER MONTH", "SAVED", "REFERENCE"],
             [
-                [i.name, i.status, _size(i.size_bytes), when(i.created_at), i.reference]
+                [
+                    i.name,
+                    i.status,
+                    _size(i.size_bytes),
+                    _per_month(i),
+                    when(i.created_at),
+                    i.reference,
+                ]
                 for i in images
             ],
         )
@@ -155,7 +162,7 @@ def cmd_volumes(args: argparse.Namespace) -> int:
         say("No volumes; create one with: gpurental volume-create NAME --size GB --host HOST")
     else:
         table(
-            ["NAME", "HOST", "SIZE", "USED", "MOUNTED"],
+            ["NAME", "HOST", "SIZE", "USED", "MOUNTED", "PER MONTH"],
             [
                 [
                     v.name,
@@ -163,6 +170,7 @@ def cmd_volumes(args: argparse.Namespace) -> int:
                     f"{v.size_gb} GB",
                     _size(v.used_bytes),
                     f"{v.mount_path} (in use)" if v.in_use else "no",
+                    _per_month(v),
                 ]
                 for v in volumes
             ],
@@ -191,3 +199,10 @@ def cmd_volume_delete(args: argparse.Namespace) -> int:
     else:
         say(f"Deleted volume {args.volume} and its data")
     return OK
+
+
+def _per_month(stored) -> str:
+    """What a volume or saved image costs a month, with its currency; "—" when unknown."""
+    if stored.monthly_cost is None:
+        return "—"
+    return f"{stored.monthly_cost} {stored.raw.get('currency', '')}".strip()
