@@ -117,6 +117,11 @@ app.conf.beat_schedule = {
         "schedule": 600.0,
         "options": {"queue": "control", "expires": 540},
     },
+    "storage-retention": {
+        "task": "gpurental.storage.tasks.retention",
+        "schedule": 3600.0,
+        "options": {"queue": "control", "expires": 3000},
+    },
     "billing-enforce-limits": {
         "task": "gpurental.billing.tasks.enforce_limits",
         "schedule": 60.0,

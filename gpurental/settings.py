@@ -439,6 +439,12 @@ INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 1024)
 # the limit, a notice and DISK_GRACE_MINUTES to clean up before the instance is stopped.
 DISK_WARNING_PERCENT = env_int("DISK_WARNING_PERCENT", 90)
 DISK_GRACE_MINUTES = env_int("DISK_GRACE_MINUTES", 10)
+# The workspace of a stopped instance is kept this many days after the stop (0: for as long
+# as it is paid for), with notices this many days before it is deleted (gpurental/storage/).
+STORAGE_RETENTION_DAYS = env_int("STORAGE_RETENTION_DAYS", 30)
+STORAGE_NOTICE_DAYS = tuple(
+    int(days) for days in os.environ.get("STORAGE_NOTICE_DAYS", "7,1").split(",") if days.strip()
+)
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
 # --- Host acceptance benchmark (gpurental/acceptance/; README "Reading the acceptance report") ---
 # A host takes placements only when every compared figure is at least this fraction of nominal.

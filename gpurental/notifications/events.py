@@ -87,6 +87,12 @@ def _idle_warning(ctx: dict) -> tuple[dict, str]:
     return data, path
 
 
+def _workspace_expiring(ctx: dict) -> tuple[dict, str]:
+    data, path = _instance_event(ctx)
+    data.update(delete_at=_when(ctx["delete_at"]))
+    return data, path
+
+
 def _idle_stopped(ctx: dict) -> tuple[dict, str]:
     data, path = _instance_event(ctx)
     data.update(idle_minutes=ctx["idle_minutes"])
@@ -190,6 +196,12 @@ EVENTS: dict[str, Event] = {
             gettext_lazy("Idle stop"),
             gettext_lazy("Instance {instance[name]} was stopped for being idle"),
             _idle_stopped,
+        ),
+        Event(
+            "workspace_expiring",
+            gettext_lazy("Stopped workspace to be deleted"),
+            gettext_lazy("The workspace of {instance[name]} will be deleted"),
+            _workspace_expiring,
         ),
         Event(
             "reservation_starting_soon",

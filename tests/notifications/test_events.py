@@ -1,7 +1,7 @@
 """Each event, told by e-mail (Django's mail outbox: subject, text and HTML, the PUBLIC_URL
 link) and by webhook (a real local HTTP server receives the signed POST)."""
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -103,6 +103,16 @@ CASES = {
         "25 minutes",
         "/instances/",
         lambda d: d["idle_minutes"] == 25 and d["stop_at"],
+    ),
+    "workspace_expiring": (
+        lambda u: {
+            "instance": _instance(u),
+            "delete_at": datetime(2026, 7, 1, 9, 30, tzinfo=UTC),
+            "reason": "stopped since June",
+        },
+        "on 2026-07-01 at 09:30 UTC",
+        "/instances/",
+        lambda d: d["delete_at"] == "2026-07-01T09:30:00+00:00",
     ),
     "idle_stopped": (
         lambda u: {"instance": _instance(u), "idle_minutes": 30},

@@ -556,15 +556,20 @@ def instance_restart(
 
 
 def instance_terminate(
-    *, instance: Instance, actor: User | None = None, now: datetime | None = None
+    *,
+    instance: Instance,
+    actor: User | None = None,
+    now: datetime | None = None,
+    reason: str = "",
 ) -> Instance:
-    """Remove the instance and its /workspace for good."""
+    """Remove the instance and its /workspace for good; ``reason`` says why where no one
+    asked (the storage retention policy)."""
     now = now or timezone.now()
     with transaction.atomic():
         instance = _lock(instance)
         if instance.status in (S.TERMINATING, S.TERMINATED):
             return instance
-        reason = f"terminated by {actor}" if actor else "terminated"
+        reason = reason or (f"terminated by {actor}" if actor else "terminated")
         storage.workspace_settle(instance=instance, now=now)  # if stopped: charged up to now
         # Billing ends now for a run under way (also one stopped mid-restart).
         billing = {"stopped_at": now} if instance.running_since and not instance.stopped_at else {}
