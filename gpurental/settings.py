@@ -445,6 +445,10 @@ STORAGE_RETENTION_DAYS = env_int("STORAGE_RETENTION_DAYS", 30)
 STORAGE_NOTICE_DAYS = tuple(
     int(days) for days in os.environ.get("STORAGE_NOTICE_DAYS", "7,1").split(",") if days.strip()
 )
+# No-GPU mode (a stopped instance started without its GPUs, at the plan's no_gpu_hourly_rate):
+# what its container gets, at most the plan's own.
+NO_GPU_VCPUS = env_int("NO_GPU_VCPUS", 1)
+NO_GPU_MEMORY_GB = env_int("NO_GPU_MEMORY_GB", 2)
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
 # --- Host acceptance benchmark (gpurental/acceptance/; README "Reading the acceptance report") ---
 # A host takes placements only when every compared figure is at least this fraction of nominal.

@@ -12,6 +12,7 @@ class RateKind(models.TextChoices):
     OFF_PEAK = "off_peak", _("Off-peak")
     RESERVED = "reserved", _("Reserved")
     STORAGE = "storage", _("Storage")
+    NO_GPU = "no_gpu", _("Without GPUs")
 
 
 class Charge(models.Model):

@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo
 PEAK = "peak"
 OFF_PEAK = "off_peak"
 RESERVED = "reserved"
+NO_GPU = "no_gpu"  # an instance started without its GPUs (no-GPU mode): one flat rate
 
 
 def gettext_noop(text: str) -> str:
@@ -45,6 +46,7 @@ KIND_LABELS = (
     (PEAK, gettext_noop("peak")),
     (OFF_PEAK, gettext_noop("off-peak")),
     (RESERVED, gettext_noop("reserved")),
+    (NO_GPU, gettext_noop("without GPUs")),
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import DecimalField, ExpressionWrapper, F, Func, Q, Sum
+from django.db.models import Case, DecimalField, ExpressionWrapper, F, Func, Q, Sum, When
 from django.db.models.functions import TruncDate
 
 from gpurental.accounts.models import User
@@ -37,9 +37,12 @@ def hourly_burn_of(*, user: User, leases: bool = True) -> Decimal:
     """What the user's metered use costs per hour at the full (peak) rate: active on-demand
     instances (reserved ones were paid at booking; those on a dedicated host are billed
     through its lease) and, with ``leases``, active dedicated-host leases."""
-    rate = metered_instances().filter(user=user).aggregate(rate=Sum("plan__hourly_rate"))[
-        "rate"
-    ] or Decimal("0")
+    run_rate = Case(
+        When(without_gpus=True, then=F("plan__no_gpu_hourly_rate")), default=F("plan__hourly_rate")
+    )
+    rate = metered_instances().filter(user=user).aggregate(rate=Sum(run_rate))["rate"] or Decimal(
+        "0"
+    )
     if leases:
         from gpurental.baremetal.selectors import leases_hourly_rate  # baremetal reads billing
 

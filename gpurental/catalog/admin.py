@@ -31,6 +31,7 @@ class PlanAdmin(AuditedAdmin):
         "hourly_rate",
         "off_peak_discount",
         "reserved_discount",
+        "no_gpu_hourly_rate",
         "is_active",
     ]
     list_filter = ["gpu_model", "gpu_count", "is_active"]

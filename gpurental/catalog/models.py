@@ -88,6 +88,14 @@ class Plan(models.Model):
     idle_stop_minutes = models.PositiveIntegerField(
         default=30, help_text="Default idle auto-stop after this many idle minutes; 0 = off"
     )
+    # No-GPU mode: a stopped instance started on its own host without its GPUs (to reach
+    # or copy out its data while the GPUs are taken), with NO_GPU_VCPUS and NO_GPU_MEMORY_GB.
+    no_gpu_hourly_rate = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        default=Decimal("0.10"),
+        help_text="Price per hour of an instance of this plan started without its GPUs",
+    )
     is_active = models.BooleanField(default=True)
 
     class Meta:
@@ -96,6 +104,9 @@ class Plan(models.Model):
             models.CheckConstraint(condition=Q(gpu_count__gte=1), name="plan_gpu_count_positive"),
             models.CheckConstraint(
                 condition=Q(hourly_rate__gte=0), name="plan_hourly_rate_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(no_gpu_hourly_rate__gte=0), name="plan_no_gpu_rate_not_negative"
             ),
             models.CheckConstraint(
                 condition=Q(off_peak_discount__gte=0) & Q(off_peak_discount__lt=1),

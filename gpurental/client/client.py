@@ -274,8 +274,12 @@ class Client(GroupsMixin, PaymentsMixin):
     def stop(self, instance_id: Any) -> Instance:
         return self._instance(self._action(instance_id, "stop"))
 
-    def start(self, instance_id: Any) -> Instance:
-        return self._instance(self._action(instance_id, "start"))
+    def start(self, instance_id: Any, *, without_gpus: bool = False) -> Instance:
+        """Start a stopped instance again on its host; ``without_gpus``: in no-GPU mode (no
+        GPU, a few vCPUs, the plan's ``no_gpu_hourly_rate``), to reach or copy out its data
+        while its GPUs are taken."""
+        body = {"without_gpus": True} if without_gpus else None
+        return self._instance(self._action(instance_id, "start", body))
 
     def restart(self, instance_id: Any) -> Instance:
         return self._instance(self._action(instance_id, "restart"))
@@ -405,8 +409,10 @@ class Client(GroupsMixin, PaymentsMixin):
             raise GpuRentalError(f"the server at {self.base_url} sent no instance")
         return Instance.from_api(data, client=self)
 
-    def _action(self, instance_id: Any, action: str) -> Any:
-        return self._request("POST", f"instances/{self._quote(instance_id)}/{action}/")
+    def _action(self, instance_id: Any, action: str, body: dict[str, Any] | None = None) -> Any:
+        return self._request(
+            "POST", f"instances/{self._quote(instance_id)}/{action}/", json_body=body
+        )
 
     @staticmethod
     def _quote(object_id: Any) -> str:

@@ -115,6 +115,7 @@ class Instance(_Bound):
     image: str | None
     host: str | None
     gpu_indices: list[int]
+    without_gpus: bool  # the current (or last) run has no GPU: no-GPU mode
     created_at: datetime | None
     running_since: datetime | None
     stopped_at: datetime | None
@@ -145,6 +146,7 @@ class Instance(_Bound):
             "image": image.get("slug") if isinstance(image, dict) else image,
             "host": host.get("name") if isinstance(host, dict) else host,
             "gpu_indices": list(data.get("gpu_indices") or []),
+            "without_gpus": bool(data.get("without_gpus")),
             "created_at": _parse_time(data.get("created_at")),
             "running_since": _parse_time(data.get("running_since")),
             "stopped_at": _parse_time(data.get("stopped_at")),
@@ -172,8 +174,9 @@ class Instance(_Bound):
     def stop(self) -> Instance:
         return self._update(self.client._action(self.id, "stop"))
 
-    def start(self) -> Instance:
-        return self._update(self.client._action(self.id, "start"))
+    def start(self, *, without_gpus: bool = False) -> Instance:
+        """Start again on its host; ``without_gpus``: in no-GPU mode (see ``Client.start``)."""
+        return self._update(self.client.start(self.id, without_gpus=without_gpus).raw)
 
     def restart(self) -> Instance:
         return self._update(self.client._action(self.id, "restart"))

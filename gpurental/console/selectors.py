@@ -80,6 +80,10 @@ def instance_context(*, instance: Instance, viewer) -> dict:
             "open": is_owner and instance.status == InstanceStatus.RUNNING,
             "stop": instance.status in lifecycle.STOPPABLE,
             "start": instance.status == InstanceStatus.STOPPED,
+            # No-GPU mode: on-demand instances only (lifecycle.instance_start).
+            "start_without_gpus": not (
+                instance.reservation_id or instance.lease_id or instance.group_id
+            ),
             "idle_policy": instance.status
             not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "restart": instance.status == InstanceStatus.RUNNING,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import io
 import secrets
 
@@ -54,12 +55,14 @@ from gpurental.teams.selectors import teams_of
 ACTIONS = {
     "stop": lifecycle.instance_stop,
     "start": lifecycle.instance_start,
+    "start-without-gpus": functools.partial(lifecycle.instance_start, without_gpus=True),
     "restart": lifecycle.instance_restart,
     "terminate": lifecycle.instance_terminate,
 }
 REQUESTED = {
     "stop": gettext_lazy("Stop requested."),
     "start": gettext_lazy("Start requested."),
+    "start-without-gpus": gettext_lazy("Start without GPUs requested."),
     "restart": gettext_lazy("Restart requested."),
     "terminate": gettext_lazy("Terminate requested."),
 }

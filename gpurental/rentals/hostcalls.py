@@ -39,9 +39,21 @@ def _send_spec(instance: Instance, task: str) -> None:
     )
 
 
+def _vcpus(instance: Instance) -> int:
+    plan = instance.plan
+    return min(plan.vcpus, settings.NO_GPU_VCPUS) if instance.without_gpus else plan.vcpus
+
+
+def _memory_gb(instance: Instance) -> int:
+    plan = instance.plan
+    return (
+        min(plan.memory_gb, settings.NO_GPU_MEMORY_GB) if instance.without_gpus else plan.memory_gb
+    )
+
+
 def container_spec(instance: Instance) -> dict:
     gpus = instance_gpus(instance)
-    plan, image, host = instance.plan, instance.image, instance.host
+    image, host = instance.image, instance.host
     env = {str(k): str(v) for k, v in (image.env or {}).items()}
     return {
         "spec_version": protocol.SPEC_VERSION,
@@ -52,8 +64,8 @@ def container_spec(instance: Instance) -> dict:
         "gpu_indices": [g.index for g in gpus],
         "gpu_uuids": [g.uuid for g in gpus],
         "gpu_source": host.gpu_source,
-        "cpu_count": float(plan.vcpus),
-        "memory_mb": plan.memory_gb * 1024,
+        "cpu_count": float(_vcpus(instance)),
+        "memory_mb": _memory_gb(instance) * 1024,
         "pids_limit": settings.INSTANCE_PIDS_LIMIT,
         "container_port": image.port,
         "http_ports": list(image.http_ports or []),

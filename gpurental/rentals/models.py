@@ -94,6 +94,9 @@ class Instance(models.Model):
     running_since = models.DateTimeField(
         null=True, blank=True, help_text="Start of the current billed run"
     )
+    # No-GPU mode (instance_start(without_gpus=True)): the current or last run holds no GPU
+    # and is billed at the plan's no_gpu_hourly_rate.
+    without_gpus = models.BooleanField(default=False)
     billed_until = models.DateTimeField(null=True, blank=True, help_text="Metered up to here")
     stopped_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
@@ -108,6 +111,11 @@ class Instance(models.Model):
                 condition=(Q(group__isnull=True) & Q(group_role=""))
                 | (Q(group__isnull=False) & Q(group_role__in=["serving", "warm", "draining"])),
                 name="instance_group_role",
+            ),
+            models.CheckConstraint(
+                condition=Q(without_gpus=False)
+                | (Q(reservation__isnull=True) & Q(lease__isnull=True) & Q(group__isnull=True)),
+                name="instance_no_gpu_mode_on_demand_only",
             ),
             models.CheckConstraint(
                 condition=Q(jupyter_port__isnull=True)

@@ -261,8 +261,10 @@ def instance_idle_check(*, instance: Instance, now: datetime) -> str:
 def idle_instances_check(*, now: datetime) -> dict[str, int]:
     """The beat job: every running instance with an idle policy."""
     outcomes: dict[str, int] = {}
+    # Without GPUs (no-GPU mode) there is no GPU to be idle: such a run is cheap and stopped
+    # by its customer.
     candidates = Instance.objects.filter(
-        status=InstanceStatus.RUNNING, idle_stop_minutes__gt=0
+        status=InstanceStatus.RUNNING, idle_stop_minutes__gt=0, without_gpus=False
     ).select_related("host")
     for instance in candidates.iterator():
         try:

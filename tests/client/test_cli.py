@@ -302,6 +302,15 @@ def test_start_prints_the_new_status(logged_in, capsys):
     assert (code, out) == (0, "instance 7 (notebook): pending\n")
 
 
+def test_start_without_gpus_asks_for_no_gpu_mode(logged_in, capsys):
+    logged_in.reply("POST", "/api/v1/instances/7/start/", (200, instance(status="pending")))
+
+    code, out, _ = run(capsys, "start", "7", "--without-gpus")
+
+    assert (code, out) == (0, "instance 7 (notebook): pending\n")
+    assert logged_in.received("POST")[0].body == {"without_gpus": True}
+
+
 def test_terminate_without_a_terminal_needs_yes(logged_in, capsys):
     code, _, err = run(capsys, "terminate", "7")
 

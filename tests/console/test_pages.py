@@ -92,6 +92,22 @@ def test_stop_from_the_page(client, alice, launched, sent):
     assert launched.status == S.STOPPING
 
 
+def test_start_without_gpus_from_the_page(client, alice, launched, sent):
+    lc.instance_stop(instance=launched)
+    lc.instance_report_stopped(instance_id=str(launched.pk))
+    client.force_login(alice)
+    url = reverse("instance", args=[launched.pk])
+    page = client.get(url).text
+    assert 'id="start-without-gpus"' in page and "Start without GPUs ($0.10/hour)" in page
+    action = reverse("instance_action", args=[launched.pk, "start-without-gpus"])
+    response = client.post(action, follow=True)
+    assert "Start without GPUs requested" in response.text
+    assert "none: started without GPUs (no-GPU mode, $0.10/hour)" in response.text
+    launched.refresh_from_db()
+    assert launched.status == S.PENDING and launched.without_gpus
+    assert "0.10" in client.get("/").text.split('class="no-gpu-rate"')[1][:20]
+
+
 def test_failed_launch_page_and_dashboard_show_the_reason(client, alice, launched):
     failed = lc.instance_launch(
         user=alice, image=launched.image, gpu_model=launched.gpu_model, gpu_count=1

@@ -99,10 +99,25 @@ def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, ali
     assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
 
+    # No-GPU mode: the same workspace on the same host, with no GPU in the container.
+    lc.instance_start(instance=instance, actor=alice, without_gpus=True)
+    instance = wait_status(instance, S.RUNNING, agent)
+    status, body = jupyter(instance, "/api/contents/kept.txt?content=1", instance.jupyter_token)
+    assert status == 200 and json.loads(body)["content"] == "still here"
+    container = docker_client.containers.get(f"gpurental-{instance.pk}")
+    assert "NVIDIA_VISIBLE_DEVICES=void" in container.attrs["Config"]["Env"]
+    assert not container.attrs["HostConfig"]["DeviceRequests"]
+    assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
+    lc.instance_stop(instance=instance, actor=alice)
+    instance = wait_status(instance, S.STOPPED, agent)
+
     lc.instance_start(instance=instance, actor=alice)
     instance = wait_status(instance, S.RUNNING, agent)
     status, body = jupyter(instance, "/api/contents/kept.txt?content=1", instance.jupyter_token)
     assert status == 200 and json.loads(body)["content"] == "still here"
+    container = docker_client.containers.get(f"gpurental-{instance.pk}")
+    gpu_index = instance.allocations.get(period__upper_inf=True).gpu.index
+    assert f"NVIDIA_VISIBLE_DEVICES={gpu_index}" in container.attrs["Config"]["Env"]
 
     lc.instance_terminate(instance=instance, actor=alice)
     instance = wait_status(instance, S.TERMINATED, agent)

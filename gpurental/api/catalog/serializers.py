@@ -56,6 +56,10 @@ class PlanSerializer(serializers.ModelSerializer):
     hourly_rate = money_field(help_text="Price per hour for the whole plan")
     off_peak_rate = money_field(help_text="Hourly price inside the off-peak window")
     reserved_rate = money_field(help_text="Hourly price of booked (reserved) capacity")
+    no_gpu_hourly_rate = money_field(
+        help_text="Hourly price of a stopped instance of this plan started without its GPUs "
+        "(no-GPU mode), to reach its data while the GPUs are taken"
+    )
     off_peak_start = LocalTimeField(read_only=True, help_text="In the operator's time zone")
     off_peak_end = LocalTimeField(read_only=True, help_text="In the operator's time zone")
     stopped_monthly = StorageMonthlyField(
@@ -82,6 +86,7 @@ class PlanSerializer(serializers.ModelSerializer):
             "off_peak_rate",
             "reserved_discount",
             "reserved_rate",
+            "no_gpu_hourly_rate",
             "stopped_monthly",
             "currency",
         ]

@@ -110,6 +110,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "hf_model_cached",
             "host",
             "gpu_indices",
+            "without_gpus",
             "created_at",
             "running_since",
             "stopped_at",
@@ -118,10 +119,15 @@ class InstanceSerializer(serializers.ModelSerializer):
             "idle_stop_minutes",
         ]
         extra_kwargs = {
+            "without_gpus": {
+                "read_only": True,
+                "help_text": "The current (or last) run has no GPU: no-GPU mode, billed at the "
+                "plan's no_gpu_hourly_rate (POST start with without_gpus)",
+            },
             "idle_stop_minutes": {
                 "read_only": True,
                 "help_text": "Stopped (never deleted) after this many idle minutes; 0 = off",
-            }
+            },
         }
 
     @extend_schema_field(serializers.BooleanField(allow_null=True))
@@ -206,6 +212,15 @@ class InstanceDetailSerializer(InstanceSerializer):
     @extend_schema_field(InstanceUsageSerializer)
     def get_usage(self, obj: Instance) -> dict:
         return InstanceUsageSerializer(instance_usage(instance=obj, now=timezone.now())).data
+
+
+class StartRequestSerializer(serializers.Serializer):
+    without_gpus = serializers.BooleanField(
+        default=False,
+        help_text="No-GPU mode: start on its host with no GPU (NO_GPU_VCPUS vCPUs, "
+        "NO_GPU_MEMORY_GB GB) at the plan's no_gpu_hourly_rate, to reach or copy out its data "
+        "while its GPUs are taken; a later start without it takes GPUs again",
+    )
 
 
 class IdlePolicySerializer(serializers.Serializer):

@@ -196,11 +196,25 @@ class InstanceViewSet(
     def stop(self, request, pk=None):
         return self._detail(instance_stop(instance=self.get_object(), actor=request.user))
 
-    @_instance_action("Start a stopped instance again, on the same host")
+    @extend_schema(
+        summary="Start a stopped instance again, on the same host (with its GPUs, or without "
+        "them in no-GPU mode)",
+        request=s.StartRequestSerializer,
+        responses={200: s.InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
     @action(detail=True, methods=["post"])
     @idempotent
     def start(self, request, pk=None):
-        return self._detail(instance_start(instance=self.get_object(), actor=request.user))
+        form = s.StartRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        return self._detail(
+            instance_start(
+                instance=self.get_object(),
+                actor=request.user,
+                without_gpus=form.validated_data["without_gpus"],
+            )
+        )
 
     @_instance_action("Restart the container in place (same GPUs, same /workspace)")
     @action(detail=True, methods=["post"])

@@ -70,7 +70,14 @@ def instance_meter(*, instance: Instance, now: datetime) -> list[Charge]:
     start = max(instance.running_since, instance.billed_until or instance.running_since)
     if end <= start:
         return []
-    tariff = pricing.Tariff.of(instance.plan, operator_zone())
+    if instance.without_gpus:
+        # No-GPU mode: one flat rate, no GPU, no off-peak window (pricing.Tariff's equal
+        # window ends mean none).
+        tariff = pricing.Tariff(hourly_rate=instance.plan.no_gpu_hourly_rate, zone=operator_zone())
+        kind, gpu_count = pricing.NO_GPU, 0
+    else:
+        tariff = pricing.Tariff.of(instance.plan, operator_zone())
+        kind, gpu_count = None, instance.gpu_count
     segments = pricing.price_interval(start, end, tariff)
     charges = Charge.objects.bulk_create(
         Charge(
@@ -78,8 +85,8 @@ def instance_meter(*, instance: Instance, now: datetime) -> list[Charge]:
             user_id=instance.user_id,
             period_start=segment.start,
             period_end=segment.end,
-            rate_kind=segment.rate_kind,
-            gpu_count=instance.gpu_count,
+            rate_kind=kind or segment.rate_kind,
+            gpu_count=gpu_count,
             hourly_rate=segment.hourly_rate,
             amount=pricing.charge_amount(segment),
             created_at=now,

@@ -83,17 +83,20 @@ def _committed_note(money: Spendable) -> str:
     }
 
 
-def launch_allowed(*, user: User, plan: Plan, now: datetime | None = None) -> None:
+def launch_allowed(
+    *, user: User, plan: Plan, now: datetime | None = None, hourly_rate: Decimal | None = None
+) -> None:
     """Refuse, naming the balance, the rate and the shortfall, when what the account may
-    spend cannot pay ``BILLING_MIN_PREPAID_MINUTES`` of this plan on top of the same
-    period of what it already runs."""
+    spend cannot pay ``BILLING_MIN_PREPAID_MINUTES`` of this plan (at ``hourly_rate``,
+    the plan's own by default) on top of the same period of what it already runs."""
     if not settings.BILLING_ENFORCE_BALANCE:
         return
     now = now or timezone.now()
+    rate = plan.hourly_rate if hourly_rate is None else hourly_rate
     money = spendable_of(account=user, now=now)
     minutes = settings.BILLING_MIN_PREPAID_MINUTES
     running = hourly_burn_of(user=user, leases=False)
-    needed = (running + plan.hourly_rate) * minutes / 60
+    needed = (running + rate) * minutes / 60
     available = money.available
     if available >= needed:
         return
@@ -103,7 +106,7 @@ def launch_allowed(*, user: User, plan: Plan, now: datetime | None = None) -> No
         "balance": quantize_money(money.balance),
         "limit": f"{user.credit_limit:.2f}",
         "plan": plan.slug,
-        "rate": f"{plan.hourly_rate:.2f}",
+        "rate": f"{rate:.2f}",
         "running": f"{running:.2f}",
         "minutes": minutes,
         "needed": f"{needed.quantize(CENT, rounding=ROUND_CEILING):.2f}",

@@ -203,6 +203,16 @@ def _action(name: str) -> Handler:
     return command
 
 
+def cmd_start(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        instance = client.start(args.id, without_gpus=args.without_gpus)
+    if args.json:
+        print_json(instance.raw)
+    else:
+        say(instance_line(instance))
+    return OK
+
+
 def cmd_terminate(args: argparse.Namespace) -> int:
     with logged_in_client() as client:
         if not args.yes:
@@ -297,10 +307,18 @@ def add_commands(command: AddCommand) -> None:
 
     for name, text in (
         ("stop", "stop an instance (its /workspace is kept)"),
-        ("start", "start a stopped instance again"),
         ("restart", "restart an instance"),
     ):
         command(name, _action(name), text).add_argument("id")
+
+    p = command("start", cmd_start, "start a stopped instance again")
+    p.add_argument("id")
+    p.add_argument(
+        "--without-gpus",
+        action="store_true",
+        help="no-GPU mode: no GPU, a few vCPUs, at the plan's no_gpu_hourly_rate (to reach "
+        "its data while its GPUs are taken)",
+    )
 
     p = command("terminate", cmd_terminate, "terminate an instance and delete its /workspace")
     p.add_argument("id")

@@ -392,3 +392,25 @@ def test_bob_cannot_change_alices_idle_policy(launch_via_api, as_bob, node, imag
     response = as_bob.post(f"{URL}{instance['id']}/idle-policy/", {"idle_stop_minutes": 0})
     assert_error(response, 404, "not_found")
     assert Instance.objects.get(pk=instance["id"]).idle_stop_minutes == 30
+
+
+def test_start_without_gpus_holds_none_and_says_so(as_alice, stopped, sent):
+    response = as_alice.post(f"{URL}{stopped.pk}/start/", {"without_gpus": True}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "pending" and body["without_gpus"] is True
+    assert body["gpu_indices"] == []
+    assert "without GPUs (no-GPU mode)" in body["status_reason"]
+    plan = as_alice.get("/api/v1/plans/a100-x1/").json()
+    assert plan["no_gpu_hourly_rate"] == "0.1000"
+
+
+def test_start_without_gpus_refuses_what_is_not_a_yes_or_no(as_alice, stopped):
+    error = assert_error(
+        as_alice.post(f"{URL}{stopped.pk}/start/", {"without_gpus": "maybe"}, format="json"),
+        400,
+        "invalid",
+    )
+    assert "without_gpus" in error["fields"]
+    stopped.refresh_from_db()
+    assert stopped.status == "stopped"

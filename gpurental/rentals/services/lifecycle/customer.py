@@ -19,7 +19,7 @@ from gpurental.gateway import sshkeys
 from gpurental.images.selectors import hosts_with_image
 from gpurental.modelcache.selectors import host_has_model, hosts_with_model, models_offered
 from gpurental.rentals import holdings, hostcalls, selectors
-from gpurental.rentals.exceptions import InvalidTransition, RentalError
+from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
 from gpurental.rentals.models import Allocation, Instance, InstanceEvent, Reservation
 from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-exported
     STOPPABLE,
@@ -339,8 +339,13 @@ def instance_start(
     actor: User | None = None,
     now: datetime | None = None,
     same_run: bool = False,
+    without_gpus: bool = False,
 ) -> Instance:
     """Start a stopped instance again, on the same host (its /workspace lives there).
+
+    ``without_gpus`` (no-GPU mode): start it on its host with no GPU, NO_GPU_VCPUS and
+    NO_GPU_MEMORY_GB, billed at the plan's ``no_gpu_hourly_rate``, to reach or copy out its
+    data while its GPUs are taken; the next start without it takes GPUs again.
 
     ``same_run`` (a group's warm replica, parked with ``keep_container``): keep the run's
     secrets and take the same GPUs when they are free, so that the start spec is the one
@@ -365,22 +370,27 @@ def instance_start(
             _refuse(instance, "start", {S.STOPPED})
         # Its workspace was charged as storage while stopped: up to now, before it goes.
         storage.workspace_settle(instance=instance, now=now)
-        if instance.reservation_id is not None:
-            gpus = _reserved_gpus(instance, now)
-        elif instance.lease_id is not None:
-            gpus = _leased_gpus(instance, now)
+        if without_gpus:
+            _no_gpu_mode_allowed(instance, now)
+            started = f"started again on {instance.host.name} without GPUs (no-GPU mode)"
         else:
-            gpus = _allocate_again(instance, now, same_gpus=same_run)
+            if instance.reservation_id is not None:
+                gpus = _reserved_gpus(instance, now)
+            elif instance.lease_id is not None:
+                gpus = _leased_gpus(instance, now)
+            else:
+                gpus = _allocate_again(instance, now, same_gpus=same_run)
+            started = f"started again on {instance.host.name}, GPUs {gpus}"
         _move(
             instance,
             S.PENDING,
             allowed_from={S.STOPPED},
-            reason=f"started again on {instance.host.name}, GPUs {gpus}"
-            + (" (the kept container)" if same_run else ""),
+            reason=started + (" (the kept container)" if same_run else ""),
             now=now,
             actor=actor,
             stopped_at=None,
             running_since=None,
+            without_gpus=without_gpus,
             # New secrets for each run: links and cookies of the last run die with it.
             **({} if same_run else run_secrets(instance.image)),
         )
@@ -448,14 +458,57 @@ def _allocate_again(instance: Instance, now: datetime, *, same_gpus: bool = Fals
     prepaid.launch_allowed(user=user, plan=instance.plan, now=now)
     if same_gpus and (indices := _hold_last_gpus(instance, now)):
         return indices
-    proposal = gpus_allocate(
-        instance=instance,
-        gpu_model=instance.gpu_model,
-        count=instance.gpu_count,
-        now=now,
-        host=instance.host,
-    )
+    try:
+        proposal = gpus_allocate(
+            instance=instance,
+            gpu_model=instance.gpu_model,
+            count=instance.gpu_count,
+            now=now,
+            host=instance.host,
+        )
+    except NoCapacity as exc:
+        if instance.group_id is not None:
+            raise
+        raise NoCapacity(
+            _(
+                "%(why)s; its /workspace is on that host: start it without GPUs (no-GPU mode, "
+                "%(rate)s %(cur)s/h) to reach your data, and with GPUs again when they are free"
+            )
+            % {
+                "why": exc.message,
+                "rate": f"{instance.plan.no_gpu_hourly_rate:.2f}",
+                "cur": settings.BILLING_CURRENCY,
+            },
+            field=exc.field,
+        ) from exc
     return ", ".join(str(g.index) for g in proposal.gpus)
+
+
+def _no_gpu_mode_allowed(instance: Instance, now: datetime) -> None:
+    """No-GPU mode is for an on-demand instance whose host answers, paid like a launch."""
+    if instance.reservation_id or instance.lease_id or instance.group_id:
+        what = (
+            _("a reserved instance")
+            if instance.reservation_id
+            else _("an instance on a dedicated host")
+            if instance.lease_id
+            else _("a replica of an elastic group")
+        )
+        raise InvalidTransition(
+            _("no-GPU mode is for on-demand instances, and this is %(what)s; start it as usual")
+            % {"what": what},
+            field="without_gpus",
+        )
+    if not host_alive(instance, now):
+        raise InvalidTransition(
+            _("its host %(host)s is not answering, and its /workspace is there; try again later")
+            % {"host": instance.host.name},
+            field="without_gpus",
+        )
+    user = holdings.account_lock(instance.user_id)
+    prepaid.launch_allowed(
+        user=user, plan=instance.plan, now=now, hourly_rate=instance.plan.no_gpu_hourly_rate
+    )
 
 
 def _hold_last_gpus(instance: Instance, now: datetime) -> str | None:
