@@ -14,6 +14,7 @@ from django.db.models.functions import TruncDate
 
 from gpurental.accounts.models import User
 from gpurental.baremetal.models import Lease, LeaseStatus
+from gpurental.billing import sources
 from gpurental.billing.models import Charge, Invoice, InvoiceStatus, LedgerEntry
 from gpurental.billing.pricing import Tariff, local_month, price_interval, quantize_money, total
 from gpurental.rentals.models import Instance, InstanceStatus
@@ -111,8 +112,16 @@ class UsageRow:
     cost: Decimal  # unrounded (6 places, the charges' own)
 
 
-def usage_by_day(*, user: User, start: datetime, end: datetime) -> Iterator[UsageRow]:
-    """GPU-hours and cost per instance per local day, for charges starting in [start, end)."""
+def usage_by_day(*, user: User, start: datetime, end: datetime) -> list[UsageRow]:
+    """GPU-hours and cost per instance per local day, for charges starting in [start, end),
+    and what other apps charge (storage: a row per stored thing per day, sources.usage_of),
+    by day."""
+    rows = list(_gpu_usage_by_day(user=user, start=start, end=end))
+    rows += sources.usage_of(user.pk, start, end)
+    return sorted(rows, key=lambda row: row.day)  # stable: each day's GPU rows first
+
+
+def _gpu_usage_by_day(*, user: User, start: datetime, end: datetime) -> Iterator[UsageRow]:
     rows = (
         Charge.objects.filter(user=user, period_start__gte=start, period_start__lt=end)
         .annotate(day=TruncDate("period_start", tzinfo=operator_zone()))
@@ -156,6 +165,7 @@ def month_spend(*, user: User, now: datetime) -> MonthSpend:
     charged = Charge.objects.filter(
         user=user, period_start__gte=start, period_start__lt=end
     ).aggregate(total=Sum("amount"))["total"] or Decimal(0)
+    charged += sum((row.cost for row in sources.usage_of(user.pk, start, end)), Decimal(0))
     booked = LedgerEntry.objects.filter(
         user=user,
         kind__in=(LedgerEntry.Kind.RESERVATION, LedgerEntry.Kind.REFUND),

@@ -1,7 +1,8 @@
 """Charges that other apps meter and billing invoices: each app registers, when Django
-starts (its AppConfig.ready), how to make its invoice lines for a month and which ledger
-debits stand behind one of its lines (what a credit note on it pays back). So billing
-invoices them without importing them (gpurental/storage/ registers storage)."""
+starts (its AppConfig.ready), how to make its invoice lines for a month, which ledger
+debits stand behind one of its lines (what a credit note on it pays back), and its rows of
+a customer's usage report. So billing invoices and reports them without importing them
+(gpurental/storage/ registers storage)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ class LineSource:
     lines: Callable[[datetime, datetime, list | None], dict[int, list[InvoiceLine]]]
     # (a line, month start, month end) → its debits, or None when the line is not this source's
     debits: Callable[[InvoiceLine, datetime, datetime], QuerySet[LedgerEntry] | None]
+    # (user id, start, end) → billing.selectors.UsageRow per thing per local day, for the
+    # charges starting in [start, end)
+    usage: Callable[[int, datetime, datetime], list] | None = None
 
 
 SOURCES: dict[str, LineSource] = {}
@@ -44,3 +48,12 @@ def debits_of(line: InvoiceLine, start: datetime, end: datetime) -> QuerySet[Led
         if found is not None:
             return found
     return None
+
+
+def usage_of(user_id: int, start: datetime, end: datetime) -> list:
+    return [
+        row
+        for source in SOURCES.values()
+        if source.usage is not None
+        for row in source.usage(user_id, start, end)
+    ]

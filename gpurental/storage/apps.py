@@ -14,5 +14,6 @@ class StorageConfig(AppConfig):
                 name="storage",
                 lines=selectors.storage_invoice_lines,
                 debits=selectors.storage_line_debits,
+                usage=selectors.storage_usage_by_day,
             )
         )

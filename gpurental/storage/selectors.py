@@ -1,5 +1,5 @@
-"""Reading the storage meter: invoice lines, credit notes' debits, and what each stored
-thing costs a month (the console and the API show it beside the thing)."""
+"""Reading the storage meter: invoice lines, credit notes' debits, usage-report rows, and
+what each stored thing costs a month (the console and the API show it beside the thing)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import DecimalField, ExpressionWrapper, F, Sum
-from django.db.models.functions import Extract
+from django.db.models.functions import Extract, TruncDate
 from django.utils import translation
 from django.utils.translation import gettext
 
 from gpurental.accounts.languages import languages_of
 from gpurental.billing.models import InvoiceLine, LedgerEntry, RateKind
 from gpurental.billing.pricing import quantize_money
+from gpurental.billing.selectors import UsageRow, operator_zone
 from gpurental.storage.models import StorageCharge, StoredKind
 from gpurental.storage.services import HOURS_PER_MONTH, hourly_rate, prices
 
@@ -25,6 +26,16 @@ def monthly_cost(kind: str, gb: Decimal, rates: dict[str, Decimal] | None = None
     """What keeping ``gb`` GB of ``kind`` costs a month (730 h) at today's price."""
     rates = rates if rates is not None else prices()
     return quantize_money(hourly_rate(Decimal(gb), rates[kind]) * HOURS_PER_MONTH)
+
+
+def _labels(object_ids: set) -> dict:
+    """Each stored thing's name when it was last charged."""
+    return dict(
+        StorageCharge.objects.filter(object_id__in=object_ids)
+        .order_by("object_id", "-period_end")
+        .distinct("object_id")
+        .values_list("object_id", "label")
+    )
 
 
 def storage_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict[int, list]:
@@ -47,12 +58,7 @@ def storage_invoice_lines(start: datetime, end: datetime, user_ids=None) -> dict
         )
         .order_by("account_id", "kind", "object_id")
     )
-    labels = dict(
-        StorageCharge.objects.filter(object_id__in={r["object_id"] for r in rows})
-        .order_by("object_id", "-period_end")
-        .distinct("object_id")
-        .values_list("object_id", "label")
-    )
+    labels = _labels({r["object_id"] for r in rows})
     languages = languages_of(row["account_id"] for row in rows)
     lines: dict[int, list] = defaultdict(list)
     for row in rows:
@@ -100,3 +106,29 @@ def storage_line_debits(line: InvoiceLine, start: datetime, end: datetime):
     return LedgerEntry.objects.filter(
         pk__in=storage_charge_entries(line.stored_object_id, start, end)
     )
+
+
+def storage_usage_by_day(user_id: int, start: datetime, end: datetime) -> list[UsageRow]:
+    """The account's storage charged in [start, end), per stored thing per local day, as
+    usage-report rows: its kind and name, "storage" for the plan, no GPU-hours."""
+    rows = list(
+        StorageCharge.objects.filter(
+            account_id=user_id, period_start__gte=start, period_start__lt=end
+        )
+        .annotate(day=TruncDate("period_start", tzinfo=operator_zone()))
+        .values("day", "kind", "object_id")
+        .annotate(cost=Sum("amount"))
+        .order_by("day", "kind", "object_id")
+    )
+    labels = _labels({r["object_id"] for r in rows})
+    return [
+        UsageRow(
+            day=row["day"],
+            instance_id=str(row["object_id"]),
+            instance_name=f"{StoredKind(row['kind']).label}: {labels[row['object_id']]}",
+            plan=gettext("storage"),
+            gpu_hours=Decimal(0),
+            cost=row["cost"],
+        )
+        for row in rows
+    ]

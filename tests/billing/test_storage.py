@@ -4,12 +4,15 @@ and the month's invoice; running the meter twice charges once."""
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db.models import Sum
+from django.urls import reverse
 
 from gpurental.billing.models import LedgerEntry, RateKind
-from gpurental.billing.selectors import balance_of
+from gpurental.billing.pricing import local_month
+from gpurental.billing.selectors import balance_of, month_spend, usage_by_day
 from gpurental.billing.services.invoicing import (
     invoice_credit_note,
     invoice_generate,
@@ -24,6 +27,7 @@ from gpurental.volumes.services import volume_create, volume_delete
 from tests.factories import ImageTemplateFactory
 
 T0 = datetime(2026, 6, 10, 10, 20, tzinfo=UTC)  # Berlin 12:20
+MONTH = local_month(2026, 6, ZoneInfo("Europe/Berlin"))
 
 
 @pytest.fixture
@@ -150,6 +154,23 @@ def test_the_month_s_invoice_has_a_storage_line_that_a_credit_note_can_pay_back(
     before = balance_of(user=funded)
     invoice_credit_note(invoice=invoice, credits=[(line, line.amount)], reason="test")
     assert balance_of(user=funded) == before + line.amount
+
+
+def test_the_usage_report_and_the_month_s_spend_count_storage(
+    berlin, prices, volume, funded, client
+):
+    storage_meter_run(now=datetime(2026, 6, 11, 10, 0, tzinfo=UTC))  # Berlin 12:00 next day
+    [day1, day2] = [r for r in usage_by_day(user=funded, start=MONTH[0], end=MONTH[1])]
+    # 10:20 → 22:00 UTC is Berlin's 10 June; then to 10:00 UTC the 11th.
+    assert (day1.day.isoformat(), day1.cost) == ("2026-06-10", Decimal("1.166667"))
+    assert (day2.day.isoformat(), day2.cost) == ("2026-06-11", Decimal("1.200000"))
+    assert (day1.instance_id, day1.instance_name) == (str(volume.pk), "Volume: data")
+    assert (day1.plan, day1.gpu_hours) == ("storage", 0)
+    spend = month_spend(user=funded, now=datetime(2026, 6, 11, 10, 30, tzinfo=UTC))
+    assert spend.charged == Decimal("2.37") and spend.total == Decimal("2.37")
+    client.force_login(funded)
+    csv = client.get(reverse("billing_usage_csv"), {"month": "2026-06"}).text
+    assert f"2026-06-11,{volume.pk},Volume: data,storage,0.0000,1.20,USD" in csv
 
 
 def test_monthly_cost_is_the_price_of_730_hours(prices):
