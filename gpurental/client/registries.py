@@ -184,7 +184,8 @@ class Volume:
 
 class Volumes:
     """``client.volumes``: ``create(name, size_gb, host)``, ``list()``, ``delete(id or
-    name)``; mount them with ``create_instance(volumes={"name": "/data"})``."""
+    name)``, ``detach(id or name)``; mount them with ``create_instance(volumes={"name":
+    "/data"})``."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -201,6 +202,15 @@ class Volumes:
             volume.id if isinstance(volume, Volume) else _id_of(self.list(), volume, "volume")
         )
         self._client._request("DELETE", f"volumes/{quote(volume_id, safe='')}/")
+
+    def detach(self, volume: Volume | str) -> Volume:
+        """Take it from the stopped instance that holds it: the next launch on its host may
+        mount it, and that instance starts again without it."""
+        volume_id = (
+            volume.id if isinstance(volume, Volume) else _id_of(self.list(), volume, "volume")
+        )
+        path = f"volumes/{quote(volume_id, safe='')}/detach/"
+        return Volume.from_api(self._client._request("POST", path))
 
 
 def _money(value: Any) -> Decimal | None:

@@ -78,7 +78,16 @@ urlpatterns = [
     path("images/", views_images.images, name="images"),
     path("volumes/", views_volumes.volumes, name="volumes"),
     path(
-        "volumes/<uuid:volume_id>/delete/", views_volumes.volume_delete_view, name="volume_delete"
+        "volumes/<uuid:volume_id>/delete/",
+        views_volumes.volume_action_view,
+        {"action": "delete"},
+        name="volume_delete",
+    ),
+    path(
+        "volumes/<uuid:volume_id>/detach/",
+        views_volumes.volume_action_view,
+        {"action": "detach"},
+        name="volume_detach",
     ),
     path(
         "images/saved/<uuid:image_id>/delete/",

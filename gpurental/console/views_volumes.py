@@ -16,7 +16,13 @@ from gpurental.fleet.models import Host, HostStatus
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, require_role, role_refusal
 from gpurental.volumes.selectors import volumes_of
-from gpurental.volumes.services import VolumeRefused, in_use, volume_create, volume_delete
+from gpurental.volumes.services import (
+    VolumeRefused,
+    in_use,
+    volume_create,
+    volume_delete,
+    volume_detach,
+)
 
 
 class VolumeForm(forms.Form):
@@ -52,19 +58,28 @@ def volumes(request):
     )
 
 
+DONE = {
+    "delete": (volume_delete, gettext_lazy("Volume %(name)s deleted with its data.")),
+    "detach": (
+        volume_detach,
+        gettext_lazy("Volume %(name)s detached: the next launch on its host may mount it."),
+    ),
+}
+
+
 @login_required
 @require_POST
-def volume_delete_view(request, volume_id):
+def volume_action_view(request, volume_id, action):
+    """Delete or detach: the same services as the API's."""
     require_role(request, roles.OPERATE)
     volume = volumes_of(account=account_of(request)).filter(pk=volume_id).first()
-    if volume is None:
+    if volume is None or action not in DONE:
         raise Http404("No such volume.")
+    service, done = DONE[action]
     try:
-        volume_delete(volume=volume, actor=request.user)
+        service(volume=volume, actor=request.user)
     except VolumeRefused as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(
-            request, _("Volume %(name)s deleted with its data.") % {"name": volume.name}
-        )
+        messages.success(request, done % {"name": volume.name})
     return redirect("volumes")

@@ -46,6 +46,7 @@ RESERVED_PATHS = frozenset(
     }
 )
 ENDED = ("terminated", "failed")  # an instance in these no longer holds its volumes
+STOPPED = "stopped"  # an instance in this may give a volume up (volume_detach)
 
 
 class VolumeRefused(ValueError):
@@ -163,6 +164,34 @@ def volume_delete(*, volume: Volume, actor: User, now: datetime | None = None) -
         _event(volume, "deleted", "deleted with its data", actor=actor, now=now)
         audit_record(action="volume.deleted", actor=actor, obj=volume)
         hostlink.send(volume.host, protocol.VOLUME_REMOVE, volume=volume.docker_name)
+    return volume
+
+
+def volume_detach(*, volume: Volume, actor: User, now: datetime | None = None) -> Volume:
+    """Take a volume from the stopped instance that holds it, so that the next launch on its
+    host may mount it; that instance starts again without it. Refused while the instance
+    may be running (stop it first); a volume held by no one is left as it is."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        volume = Volume.objects.select_for_update().get(pk=volume.pk)
+        if volume.status == VolumeStatus.DELETED or volume.instance_id is None:
+            return volume
+        # The instance too, as instance_start locks it: a start and a detach go one by one.
+        instance = type(volume.instance).objects.select_for_update().get(pk=volume.instance_id)
+        if instance.status not in (STOPPED, *ENDED):
+            raise VolumeRefused(
+                _(
+                    "volume %(name)s is mounted in instance %(instance)s (%(status)s): stop "
+                    "that instance first"
+                )
+                % {"name": volume.name, "instance": instance, "status": instance.status},
+                field="volume",
+            )
+        path = volume.mount_path
+        volume.instance, volume.mount_path = None, ""
+        volume.save(update_fields=["instance", "mount_path"])
+        _event(volume, "detached", f"taken from instance {instance} ({path})", actor=actor, now=now)
+        audit_record(action="volume.detached", actor=actor, obj=volume)
     return volume
 
 

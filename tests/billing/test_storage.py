@@ -160,7 +160,7 @@ def test_the_usage_report_and_the_month_s_spend_count_storage(
     berlin, prices, volume, funded, client
 ):
     storage_meter_run(now=datetime(2026, 6, 11, 10, 0, tzinfo=UTC))  # Berlin 12:00 next day
-    [day1, day2] = [r for r in usage_by_day(user=funded, start=MONTH[0], end=MONTH[1])]
+    day1, day2 = usage_by_day(user=funded, start=MONTH[0], end=MONTH[1])
     # 10:20 → 22:00 UTC is Berlin's 10 June; then to 10:00 UTC the 11th.
     assert (day1.day.isoformat(), day1.cost) == ("2026-06-10", Decimal("1.166667"))
     assert (day2.day.isoformat(), day2.cost) == ("2026-06-11", Decimal("1.200000"))

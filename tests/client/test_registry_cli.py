@@ -141,3 +141,9 @@ def test_launch_mounts_volumes_and_volume_commands(logged_in, capsys):
     code, out, err = run(capsys, "volumes")
     assert code == 0, err
     assert "PER MONTH" in out and "1.40 USD" in out
+    # Detach, by name: looked up in the list, then posted by id.
+    logged_in.reply("POST", "/api/v1/volumes/v-1/detach/", (200, volume))
+    code, out, err = run(capsys, "volume-detach", "ds")
+    assert code == 0, err
+    assert out == "Volume ds is free: the next launch on node1 may mount it\n"
+    assert logged_in.requests[-1].path == "/api/v1/volumes/v-1/detach/"

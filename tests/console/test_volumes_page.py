@@ -4,6 +4,7 @@ import pytest
 from django.urls import reverse
 
 from gpurental.volumes.models import Volume
+from gpurental.volumes.services import volume_create
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +66,27 @@ def test_an_instance_page_says_what_its_workspace_costs_while_stopped(
     page = client.get(reverse("instance", args=[instance.pk])).text
     cost = "$%.2f" % (0.20 * instance.plan.disk_gb)
     assert f"its workspace ({instance.plan.disk_gb} GB) is kept, at {cost} a month" in page
+
+
+def test_detach_from_a_stopped_instance(client, alice, a100, make_host, sent):
+    from gpurental.rentals.services import lifecycle as lc
+    from tests.factories import ImageTemplateFactory
+
+    host = make_host("node1", a100)
+    volume = volume_create(account=alice, name="data", size_gb=10, host=host, actor=alice)
+    instance = lc.instance_launch(
+        user=alice,
+        image=ImageTemplateFactory(),
+        gpu_model=a100,
+        gpu_count=1,
+        volumes=[("data", "/data")],
+    )
+    client.force_login(alice)
+    assert 'class="detach"' not in client.get(reverse("volumes")).text  # pending: not yet
+    lc.instance_stop(instance=instance)
+    lc.instance_report_stopped(instance_id=str(instance.pk))
+    assert 'class="detach"' in client.get(reverse("volumes")).text
+    page = client.post(reverse("volume_detach", args=[volume.pk]), follow=True).text
+    assert "Volume data detached" in page
+    volume.refresh_from_db()
+    assert volume.instance_id is None

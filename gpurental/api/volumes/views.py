@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
@@ -16,7 +17,12 @@ from gpurental.api.volumes import serializers as s
 from gpurental.fleet.selectors import host_named
 from gpurental.teams.acting import account_of
 from gpurental.volumes.models import Volume, VolumeStatus
-from gpurental.volumes.services import VolumeRefused, volume_create, volume_delete
+from gpurental.volumes.services import (
+    VolumeRefused,
+    volume_create,
+    volume_delete,
+    volume_detach,
+)
 
 
 @extend_schema(tags=["volumes"])
@@ -81,3 +87,19 @@ class VolumeViewSet(
         except VolumeRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Take a volume from the stopped instance that holds it (the next launch on "
+        "its host may mount it; that instance starts again without it)",
+        request=None,
+        responses={200: s.VolumeSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def detach(self, request, pk=None):
+        try:
+            volume = volume_detach(volume=self.get_object(), actor=request.user)
+        except VolumeRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        return Response(s.VolumeSerializer(volume).data)

@@ -97,6 +97,12 @@ def add_commands(command: AddCommand) -> None:
     )
     remove = command("volume-delete", cmd_volume_delete, "delete a volume and its data, for good")
     remove.add_argument("volume", help="its name or id")
+    detach = command(
+        "volume-detach",
+        cmd_volume_detach,
+        "take a volume from the stopped instance that holds it (for the next launch)",
+    )
+    detach.add_argument("volume", help="its name or id")
 
 
 def _size(size_bytes: int) -> str:
@@ -188,6 +194,16 @@ def cmd_volume_create(args: argparse.Namespace) -> int:
             f"Created volume {volume.name} ({volume.size_gb} GB on {volume.host}); mount it "
             f"with: gpurental launch … --volume {volume.name}:/data"
         )
+    return OK
+
+
+def cmd_volume_detach(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        volume = client.volumes.detach(args.volume)
+    if args.json:
+        print_json(volume.raw)
+    else:
+        say(f"Volume {volume.name} is free: the next launch on {volume.host} may mount it")
     return OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpurental.rentals.hostcalls import container_spec
 from gpurental.rentals.models import Instance
 from gpurental.rentals.services import lifecycle as lc
 from gpurental.volumes.models import Volume, VolumeEvent
@@ -182,3 +183,37 @@ def test_a_volume_says_what_it_costs_a_month(as_alice, two_hosts):
     assert [(v["name"], v["monthly_cost"], v["currency"]) for v in listed] == [
         ("data", "14.00", "USD")
     ]
+
+
+def test_a_volume_is_detached_from_a_stopped_instance_for_the_next_launch(
+    as_alice, as_bob, launch, two_hosts, image, sent
+):
+    as_alice.post(URL, {"name": "data", "size_gb": 20, "host": "node1"}, format="json")
+    body = {
+        "gpu_model": "a100",
+        "image": image.slug,
+        "volumes": [{"volume": "data", "mount_path": "/data"}],
+    }
+    first = Instance.objects.get(pk=launch(body).json()["id"])
+    volume = Volume.objects.get()
+    # Running (pending here): refused, nothing changed.
+    error = assert_error(as_alice.post(f"{URL}{volume.pk}/detach/"), 400, "invalid", field="volume")
+    assert error["fields"]["volume"] == [
+        f"volume data is mounted in instance {first} (pending): stop that instance first"
+    ]
+    assert_error(as_bob.post(f"{URL}{volume.pk}/detach/"), 404, "not_found")
+
+    lc.instance_stop(instance=first)
+    lc.instance_report_stopped(instance_id=str(first.pk))
+    detached = as_alice.post(f"{URL}{volume.pk}/detach/")
+    assert detached.status_code == 200, detached.content
+    assert detached.json()["in_use"] is False and detached.json()["mount_path"] == ""
+    assert VolumeEvent.objects.filter(volume=volume, kind="detached").exists()
+    assert as_alice.post(f"{URL}{volume.pk}/detach/").status_code == 200  # again: as it is
+
+    # The next launch mounts it; the stopped instance starts again without it.
+    second = launch(body)
+    assert second.status_code == 201, second.content
+    lc.instance_terminate(instance=Instance.objects.get(pk=second.json()["id"]))
+    lc.instance_start(instance=first)
+    assert "volumes" not in container_spec(Instance.objects.get(pk=first.pk))
