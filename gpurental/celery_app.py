@@ -122,6 +122,11 @@ app.conf.beat_schedule = {
         "schedule": 3600.0,
         "options": {"queue": "control", "expires": 3000},
     },
+    "storage-arrears": {
+        "task": "gpurental.storage.tasks.arrears",
+        "schedule": 3600.0,
+        "options": {"queue": "control", "expires": 3000},
+    },
     "billing-enforce-limits": {
         "task": "gpurental.billing.tasks.enforce_limits",
         "schedule": 60.0,

@@ -442,6 +442,9 @@ DISK_GRACE_MINUTES = env_int("DISK_GRACE_MINUTES", 10)
 # The workspace of a stopped instance is kept this many days after the stop (0: for as long
 # as it is paid for), with notices this many days before it is deleted (gpurental/storage/).
 STORAGE_RETENTION_DAYS = env_int("STORAGE_RETENTION_DAYS", 30)
+# An account with no credit left that keeps things stored: they are deleted this many days
+# after it is found so, with notices at once and STORAGE_NOTICE_DAYS before.
+STORAGE_UNPAID_DAYS = env_int("STORAGE_UNPAID_DAYS", 14)
 STORAGE_NOTICE_DAYS = tuple(
     int(days) for days in os.environ.get("STORAGE_NOTICE_DAYS", "7,1").split(",") if days.strip()
 )

@@ -93,6 +93,17 @@ def _workspace_expiring(ctx: dict) -> tuple[dict, str]:
     return data, path
 
 
+def _storage_unpaid(ctx: dict) -> tuple[dict, str]:
+    data = {
+        "balance": _money(ctx["balance"]),
+        "credit_limit": _money(ctx.get("credit_limit") or 0),
+        "currency": ctx.get("currency") or settings.BILLING_CURRENCY,
+        "delete_at": _when(ctx["delete_at"]),
+        "stored": [str(thing) for thing in ctx.get("stored", [])],
+    }
+    return data, reverse("billing_invoices")
+
+
 def _idle_stopped(ctx: dict) -> tuple[dict, str]:
     data, path = _instance_event(ctx)
     data.update(idle_minutes=ctx["idle_minutes"])
@@ -202,6 +213,12 @@ EVENTS: dict[str, Event] = {
             gettext_lazy("Stopped workspace to be deleted"),
             gettext_lazy("The workspace of {instance[name]} will be deleted"),
             _workspace_expiring,
+        ),
+        Event(
+            "storage_unpaid",
+            gettext_lazy("Unpaid storage to be deleted"),
+            gettext_lazy("Your stored data will be deleted on {delete_at:.10}: no credit left"),
+            _storage_unpaid,
         ),
         Event(
             "reservation_starting_soon",

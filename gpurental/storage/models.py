@@ -103,3 +103,31 @@ class StorageMeter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.object_id} to {self.billed_until:%Y-%m-%d %H:%M}"
+
+
+class StorageArrears(models.Model):
+    """An account that keeps things stored with no credit left to pay for them
+    (``gpurental/storage/arrears.py``): noticed when found, again ``STORAGE_NOTICE_DAYS``
+    before ``delete_at``, then its stored things are deleted. Gone when credit comes back
+    or nothing is stored any more."""
+
+    account = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.PROTECT, related_name="+"
+    )
+    since = models.DateTimeField(help_text="When the account was found without credit")
+    delete_at = models.DateTimeField(help_text="When its stored things go, unless paid for")
+    notified_days = models.PositiveSmallIntegerField(
+        help_text="Days ahead of delete_at of the nearest notice sent so far"
+    )
+    notified_at = models.DateTimeField(help_text="When that notice was sent")
+
+    class Meta:
+        verbose_name_plural = "storage arrears"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(delete_at__gt=F("since")), name="storagearrears_deletion_after"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account} (storage unpaid since {self.since:%Y-%m-%d})"

@@ -114,6 +114,19 @@ CASES = {
         "/instances/",
         lambda d: d["delete_at"] == "2026-07-01T09:30:00+00:00",
     ),
+    "storage_unpaid": (
+        lambda u: {
+            "balance": Decimal("-0.25"),
+            "credit_limit": Decimal("0"),
+            "delete_at": datetime(2026, 7, 1, 9, 30, tzinfo=UTC),
+            "stored": ["volume datasets", "workspace trainer"],
+        },
+        "deleted on 2026-07-01 at 09:30 UTC",
+        "/billing/invoices/",
+        lambda d: (
+            d["stored"] == ["volume datasets", "workspace trainer"] and d["balance"] == "-0.25"
+        ),
+    ),
     "idle_stopped": (
         lambda u: {"instance": _instance(u), "idle_minutes": 30},
         "30 idle minutes",
