@@ -157,7 +157,24 @@ MODELCACHE = "gpurental.agent.modelcache"
 IMAGE_SAVE = "gpurental.agent.image_save"
 # Remove a deleted volume's data (gpurental/volumes/): {"volume": "gpurental-vol-<id>"}.
 VOLUME_REMOVE = "gpurental.agent.volume_remove"
-AGENT_TASKS = (START, RESTART, STOP, REMOVE, ACCEPTANCE_RUN, MODELCACHE, IMAGE_SAVE, VOLUME_REMOVE)
+# A volume's files to and from the operator's object storage (gpurental/volumes/snapshots.py):
+# {"snapshot_id", "volume", "helper_image", "sealed"} with the presigned upload URL sealed
+# ({"object_url"}) for the host; {"volume_id", "volume", "sha256", "helper_image", "sealed"}
+# with the download URL to restore one into a new volume. VOLUME_REPORT's kinds out.
+VOLUME_SNAPSHOT = "gpurental.agent.volume_snapshot"
+VOLUME_RESTORE = "gpurental.agent.volume_restore"
+AGENT_TASKS = (
+    START,
+    RESTART,
+    STOP,
+    REMOVE,
+    ACCEPTANCE_RUN,
+    MODELCACHE,
+    IMAGE_SAVE,
+    VOLUME_REMOVE,
+    VOLUME_SNAPSHOT,
+    VOLUME_RESTORE,
+)
 
 SPEC_VERSION = 4
 # Every field of a version-4 start spec (version 1 carried a host path to mount; version 2
@@ -207,7 +224,7 @@ class SpecRefused(ValueError):
 # "ssh_host_key" (the private key of the container's sshd) when it has SSH,
 # "registry_auth" ({"username", "password", "serveraddress"}) for a customer's image from
 # a registry the account saved a login for.
-SPEC_SECRETS = ("token", "ssh_host_key", "registry_auth")
+SPEC_SECRETS = ("token", "ssh_host_key", "registry_auth", "object_url")
 
 
 def spec_seal(key: bytes, secrets: dict) -> str:
@@ -280,6 +297,7 @@ TELEMETRY = "gpurental.telemetry.tasks.telemetry_record"
 ACCEPTANCE_REPORT = "gpurental.acceptance.tasks.acceptance_report"
 MODELCACHE_REPORT = "gpurental.modelcache.tasks.modelcache_report"
 IMAGE_REPORT = "gpurental.rentals.tasks.image_report"
+VOLUME_REPORT = "gpurental.volumes.tasks.volume_report"
 # The only tasks the control plane runs from a host: the allow-list of the reports queue.
 CONTROL_TASKS = (
     HEARTBEAT,
@@ -288,12 +306,21 @@ CONTROL_TASKS = (
     ACCEPTANCE_REPORT,
     MODELCACHE_REPORT,
     IMAGE_REPORT,
+    VOLUME_REPORT,
 )
 # What a report about saving an image (IMAGE_SAVE) may say, and the data each carries.
 IMAGE_KINDS = {
     "progress": ("saved_image_id", "message", "percent"),
     "saved": ("saved_image_id", "size_bytes", "digest"),
     "failed": ("saved_image_id", "reason"),
+}
+# What a report about a snapshot or a restore (VOLUME_SNAPSHOT, VOLUME_RESTORE) may say.
+VOLUME_KINDS = {
+    "progress": ("snapshot_id", "volume_id", "message", "percent"),
+    "snapshotted": ("snapshot_id", "size_bytes", "sha256"),
+    "snapshot_failed": ("snapshot_id", "reason"),
+    "restored": ("volume_id",),
+    "restore_failed": ("volume_id", "reason"),
 }
 # What a model cache report may say, and the data each kind carries. Every request ends
 # with a "listing": what the cache holds now, which the control plane's catalog follows.

@@ -452,6 +452,14 @@ STORAGE_NOTICE_DAYS = tuple(
 # what its container gets, at most the plan's own.
 NO_GPU_VCPUS = env_int("NO_GPU_VCPUS", 1)
 NO_GPU_MEMORY_GB = env_int("NO_GPU_MEMORY_GB", 2)
+# Volume snapshots (gpurental/volumes/snapshots.py): the operator's S3-compatible object
+# storage. Unset bucket: no snapshots. Only the control plane holds the keys; hosts get
+# one presigned URL per upload or download.
+SNAPSHOT_S3_BUCKET = os.environ.get("SNAPSHOT_S3_BUCKET", "")
+SNAPSHOT_S3_ENDPOINT_URL = os.environ.get("SNAPSHOT_S3_ENDPOINT_URL", "")  # empty: AWS
+SNAPSHOT_S3_REGION = os.environ.get("SNAPSHOT_S3_REGION", "us-east-1")
+SNAPSHOT_S3_ACCESS_KEY_ID = os.environ.get("SNAPSHOT_S3_ACCESS_KEY_ID", "")
+SNAPSHOT_S3_SECRET_ACCESS_KEY = os.environ.get("SNAPSHOT_S3_SECRET_ACCESS_KEY", "")
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
 # --- Host acceptance benchmark (gpurental/acceptance/; README "Reading the acceptance report") ---
 # A host takes placements only when every compared figure is at least this fraction of nominal.

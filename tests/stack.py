@@ -371,3 +371,35 @@ def jupyter_in_registry(registry):
         return push_to(client, registry, JUPYTER_IMAGE, "alice/jupyter", "1")
     finally:
         client.close()
+
+
+# --- object storage: volume snapshots (gpurental/volumes/snapshots.py) -------------------
+
+
+@pytest.fixture(scope="session")
+def object_storage():
+    """A real S3 API server on 127.0.0.1 (moto's, in a thread of this process), with the
+    bucket ``snapshots``; one per test process."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    keys = {"aws_access_key_id": "operator", "aws_secret_access_key": "operator-secret"}
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **keys).create_bucket(
+        Bucket="snapshots"
+    )
+    yield {"endpoint": endpoint, "bucket": "snapshots", **keys}
+    server.stop()
+
+
+@pytest.fixture
+def snapshots_on(object_storage, settings):
+    """The platform's snapshots in the test object storage."""
+    settings.SNAPSHOT_S3_BUCKET = object_storage["bucket"]
+    settings.SNAPSHOT_S3_ENDPOINT_URL = object_storage["endpoint"]
+    settings.SNAPSHOT_S3_ACCESS_KEY_ID = object_storage["aws_access_key_id"]
+    settings.SNAPSHOT_S3_SECRET_ACCESS_KEY = object_storage["aws_secret_access_key"]
+    return object_storage

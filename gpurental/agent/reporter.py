@@ -135,6 +135,11 @@ class ControlReporter:
         log.info("image save: %s %s", kind, data)
         self._send(protocol.IMAGE_REPORT, kind=kind, data=data, sent_at=time.time())
 
+    def volume(self, kind: str, **data) -> None:
+        """What became of a snapshot or a restore (``VOLUME_KINDS``)."""
+        log.info("volume: %s %s", kind, data)
+        self._send(protocol.VOLUME_REPORT, kind=kind, data=data, sent_at=time.time())
+
     def telemetry(self, minutes: list[dict], simulated: bool) -> None:
         """Finished per-minute GPU aggregates (see ``sampler.MinuteAggregator``)."""
         # Still worth writing when late (history, paid vs used), but not after hours.

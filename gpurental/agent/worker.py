@@ -135,6 +135,22 @@ def _register(app: Celery) -> None:
             if remove is not None:
                 remove(str(payload.get("volume", "")))
 
+    # A volume's files to or from the object storage (agent/volumesnap.py). Not retried:
+    # the outcome is reported either way, and the customer asks again.
+    @app.task(name=protocol.VOLUME_SNAPSHOT, time_limit=6 * 3600, soft_time_limit=6 * 3600 - 60)
+    def volume_snapshot(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            from gpurental.agent.volumesnap import volume_snapshot_command
+
+            volume_snapshot_command(_current(), payload)
+
+    @app.task(name=protocol.VOLUME_RESTORE, time_limit=6 * 3600, soft_time_limit=6 * 3600 - 60)
+    def volume_restore(**message) -> None:
+        if (payload := _accepted(message)) is not None:
+            from gpurental.agent.volumesnap import volume_restore_command
+
+            volume_restore_command(_current(), payload)
+
     # The shared Hugging Face cache: fill, evict, list (agent/modelcache.py). Not retried:
     # the outcome is reported either way, and the operator asks again.
     @app.task(name=protocol.MODELCACHE, time_limit=3 * 3600, soft_time_limit=3 * 3600 - 60)

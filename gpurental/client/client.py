@@ -40,7 +40,7 @@ from gpurental.client.errors import (
 from gpurental.client.groups import GroupsMixin
 from gpurental.client.models import Instance, Reservation
 from gpurental.client.payments import PaymentsMixin
-from gpurental.client.registries import RegistryLogins, SavedImages, Volumes
+from gpurental.client.registries import RegistryLogins, SavedImages, Snapshots, Volumes
 from gpurental.client.sshkeys import SSHKeys
 from gpurental.client.webhooks import Webhooks
 
@@ -127,6 +127,12 @@ class Client(GroupsMixin, PaymentsMixin):
     def volumes(self) -> Volumes:
         """Your volumes: ``.create(name, size_gb, host)``, ``.list()``, ``.delete``."""
         return Volumes(self)
+
+    @property
+    def snapshots(self) -> Snapshots:
+        """Your volumes' snapshots: ``.create(volume, name)``, ``.list()``, ``.restore(snapshot,
+        host, name)``, ``.delete``."""
+        return Snapshots(self)
 
     @property
     def saved_images(self) -> SavedImages:

@@ -213,6 +213,112 @@ class Volumes:
         return Volume.from_api(self._client._request("POST", path))
 
 
+@dataclass
+class Snapshot:
+    """A volume's files in the operator's object storage; ``restore`` makes a new volume
+    from it on any host."""
+
+    id: str
+    name: str
+    volume: str  # the snapshotted volume's id
+    volume_name: str
+    status: str  # saving, ready, failed
+    status_reason: str
+    size_bytes: int
+    monthly_cost: Decimal | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: Any) -> Snapshot:
+        if not isinstance(data, dict):
+            raise GpuRentalError("the server sent no snapshot")
+        return cls(
+            id=str(data.get("id", "")),
+            name=data.get("name", ""),
+            volume=str(data.get("volume", "")),
+            volume_name=data.get("volume_name", ""),
+            status=data.get("status", ""),
+            status_reason=data.get("status_reason", ""),
+            size_bytes=int(data.get("size_bytes") or 0),
+            monthly_cost=_money(data.get("monthly_cost")),
+            raw=data,
+        )
+
+
+class Snapshots:
+    """``client.snapshots``: ``create(volume, name)``, ``list()``, ``get(id)``,
+    ``restore(snapshot, host, name)``, ``delete(id or name)``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> list[Snapshot]:
+        return [Snapshot.from_api(item) for item in self._client._list("snapshots/")]
+
+    def get(self, snapshot_id: str) -> Snapshot:
+        return Snapshot.from_api(
+            self._client._get_json(f"snapshots/{quote(snapshot_id, safe='')}/")
+        )
+
+    def _id(self, snapshot: Snapshot | str) -> str:
+        return (
+            snapshot.id
+            if isinstance(snapshot, Snapshot)
+            else _id_of(self.list(), snapshot, "snapshot")
+        )
+
+    def create(
+        self, volume: Volume | str, name: str, *, wait: bool = True, timeout: float = 6 * 3600
+    ) -> Snapshot:
+        """Snapshot a volume (free, or its instance stopped); with ``wait``, until it is in
+        the storage (GpuRentalError with the host's reason when it fails)."""
+        ref = volume.id if isinstance(volume, Volume) else volume
+        snapshot = Snapshot.from_api(
+            self._client._request("POST", "snapshots/", json_body={"volume": ref, "name": name})
+        )
+        deadline = time.monotonic() + timeout
+        while wait and snapshot.status == "saving":
+            if time.monotonic() > deadline:
+                raise GpuRentalError(f"snapshot {name} is still saving after {timeout:.0f} s")
+            time.sleep(1)
+            snapshot = self.get(snapshot.id)
+        if snapshot.status == "failed":
+            raise GpuRentalError(f"snapshot {name} failed: {snapshot.status_reason}")
+        return snapshot
+
+    def restore(
+        self,
+        snapshot: Snapshot | str,
+        host: str,
+        name: str,
+        *,
+        size_gb: int | None = None,
+        wait: bool = True,
+        timeout: float = 6 * 3600,
+    ) -> Volume:
+        """A new volume ``name`` on ``host`` with the snapshot's files; with ``wait``, until
+        it can be mounted."""
+        body: dict[str, Any] = {"host": host, "name": name}
+        if size_gb is not None:
+            body["size_gb"] = size_gb
+        path = f"snapshots/{quote(self._id(snapshot), safe='')}/restore/"
+        volume = Volume.from_api(self._client._request("POST", path, json_body=body))
+        deadline = time.monotonic() + timeout
+        while wait and volume.raw.get("status") == "restoring":
+            if time.monotonic() > deadline:
+                raise GpuRentalError(f"volume {name} is still restoring after {timeout:.0f} s")
+            time.sleep(1)
+            volume = Volume.from_api(
+                self._client._get_json(f"volumes/{quote(volume.id, safe='')}/")
+            )
+        if volume.raw.get("status") == "failed":
+            raise GpuRentalError(f"restoring {name} failed: {volume.raw.get('status_reason')}")
+        return volume
+
+    def delete(self, snapshot: Snapshot | str) -> None:
+        self._client._request("DELETE", f"snapshots/{quote(self._id(snapshot), safe='')}/")
+
+
 def _money(value: Any) -> Decimal | None:
     """An amount the API sends as a string; None when absent or not a number."""
     try:

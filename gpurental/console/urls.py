@@ -84,6 +84,23 @@ urlpatterns = [
         name="volume_delete",
     ),
     path(
+        "volumes/<uuid:volume_id>/snapshot/",
+        views_volumes.snapshot_create_view,
+        name="snapshot_create",
+    ),
+    path(
+        "snapshots/<uuid:snapshot_id>/restore/",
+        views_volumes.snapshot_action_view,
+        {"action": "restore"},
+        name="snapshot_restore",
+    ),
+    path(
+        "snapshots/<uuid:snapshot_id>/delete/",
+        views_volumes.snapshot_action_view,
+        {"action": "delete"},
+        name="snapshot_delete",
+    ),
+    path(
         "volumes/<uuid:volume_id>/detach/",
         views_volumes.volume_action_view,
         {"action": "detach"},

@@ -1,5 +1,6 @@
 """The console's Volumes page: the account's volumes (a team's when acting for it), with
-what each holds, where it is mounted, a form to make one, and delete."""
+what each holds, where it is mounted, a form to make one, detach and delete; and their
+snapshots, with snapshot, restore (into a new volume on any host) and delete."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from django.views.decorators.http import require_POST
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, require_role, role_refusal
+from gpurental.volumes import snapshots
+from gpurental.volumes.models import Snapshot, SnapshotStatus
 from gpurental.volumes.selectors import volumes_of
 from gpurental.volumes.services import (
     VolumeRefused,
@@ -54,8 +57,82 @@ def volumes(request):
     return render(
         request,
         "console/volumes.html",
-        {"form": form, "rows": rows, "may_operate": not role_refusal(request, roles.OPERATE)},
+        {
+            "form": form,
+            "rows": rows,
+            "may_operate": not role_refusal(request, roles.OPERATE),
+            "snapshots": _snapshots_of(account),
+            "snapshots_on": snapshots.configured(),
+            "hosts": Host.objects.filter(status=HostStatus.ACTIVE).order_by("name"),
+        },
     )
+
+
+def _snapshots_of(account):
+    return (
+        Snapshot.objects.filter(account=account)
+        .exclude(status=SnapshotStatus.DELETED)
+        .select_related("volume")
+    )
+
+
+def _done(request, call, message: str, **names) -> None:
+    try:
+        call()
+    except VolumeRefused as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, message % names)
+
+
+@login_required
+@require_POST
+def snapshot_create_view(request, volume_id):
+    require_role(request, roles.OPERATE)
+    volume = volumes_of(account=account_of(request)).filter(pk=volume_id).first()
+    if volume is None:
+        raise Http404("No such volume.")
+    name = request.POST.get("name", "")
+    _done(
+        request,
+        lambda: snapshots.snapshot_create(volume=volume, name=name, actor=request.user),
+        _("Snapshot %(name)s of %(volume)s requested: its host uploads it."),
+        name=name,
+        volume=volume.name,
+    )
+    return redirect("volumes")
+
+
+@login_required
+@require_POST
+def snapshot_action_view(request, snapshot_id, action):
+    require_role(request, roles.OPERATE)
+    snapshot = _snapshots_of(account_of(request)).filter(pk=snapshot_id).first()
+    if snapshot is None or action not in ("restore", "delete"):
+        raise Http404("No such snapshot.")
+    if action == "delete":
+        _done(
+            request,
+            lambda: snapshots.snapshot_delete(snapshot=snapshot, actor=request.user),
+            _("Snapshot %(name)s deleted."),
+            name=snapshot.name,
+        )
+        return redirect("volumes")
+    host = Host.objects.filter(name=request.POST.get("host", "")).first()
+    name = request.POST.get("name", "")
+    if host is None:
+        messages.error(request, _("Choose one of the hosts listed for the new volume."))
+        return redirect("volumes")
+    _done(
+        request,
+        lambda: snapshots.volume_restore(
+            snapshot=snapshot, host=host, name=name, actor=request.user
+        ),
+        _("Volume %(name)s is being restored on %(host)s."),
+        name=name,
+        host=host.name,
+    )
+    return redirect("volumes")
 
 
 DONE = {

@@ -3,8 +3,8 @@ and credit limit spent, as the launch check counts them) while it keeps volumes,
 images or the workspaces of stopped instances is told at once (``storage_unpaid``: by
 e-mail and webhook), again ``STORAGE_NOTICE_DAYS`` before the deletion (7 and 1 days by
 default), and ``STORAGE_UNPAID_DAYS`` (14) after it was found its stored things are
-deleted: the stopped instances terminated with their workspaces, the free volumes and the
-saved images deleted. Nothing goes without the last notice a day before (a late one moves
+deleted: the stopped instances terminated with their workspaces, the free volumes, saved
+images and snapshots deleted. Nothing goes without the last notice a day before (a late one moves
 the deletion), nor anything stored after that notice. Credit added in time ends it all.
 
 A running instance is not storage: the credit-limit stop (billing.services.limits) stops
@@ -30,7 +30,8 @@ from gpurental.rentals.services import lifecycle
 from gpurental.rentals.services.saving import saved_image_delete
 from gpurental.storage.models import StorageArrears
 from gpurental.storage.services import stopped_workspaces, stored_things
-from gpurental.volumes.models import Volume, VolumeStatus
+from gpurental.volumes import snapshots
+from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
 from gpurental.volumes.services import VolumeRefused, in_use, volume_delete
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,11 @@ def _delete_stored(account: User, arrears: StorageArrears, now: datetime) -> Non
     )
     for image in images:
         saved_image_delete(image=image, actor=None, now=now)
+    if snapshots.configured():
+        for snapshot in Snapshot.objects.filter(
+            account=account, status=SnapshotStatus.READY, ready_at__lte=arrears.notified_at
+        ):
+            snapshots.snapshot_delete(snapshot=snapshot, actor=None, now=now)
     audit_record(action="storage.deleted_unpaid", obj=account, changes={"reason": why})
 
 

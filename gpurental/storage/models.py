@@ -20,6 +20,7 @@ class StoredKind(models.TextChoices):
     WORKSPACE = "workspace", _("Workspace of a stopped instance")
     VOLUME = "volume", _("Volume")
     SAVED_IMAGE = "saved_image", _("Saved image")
+    SNAPSHOT = "snapshot", _("Snapshot")
 
 
 class StoragePrice(models.Model):

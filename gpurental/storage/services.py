@@ -30,7 +30,7 @@ from gpurental.billing.selectors import operator_zone
 from gpurental.images.models import SavedImage, SavedImageStatus
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.storage.models import StorageCharge, StorageMeter, StoragePrice, StoredKind
-from gpurental.volumes.models import Volume, VolumeStatus
+from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,18 @@ def stored_image(image: SavedImage) -> Stored:
     )
 
 
+def stored_snapshot(snapshot: Snapshot) -> Stored:
+    return Stored(
+        kind=StoredKind.SNAPSHOT,
+        object_id=snapshot.pk,
+        account_id=snapshot.account_id,
+        label=snapshot.name,
+        gb=gb_of(snapshot.size_bytes),
+        start=snapshot.ready_at,
+        end=snapshot.deleted_at if snapshot.status == SnapshotStatus.DELETED else None,
+    )
+
+
 def stored_workspace(instance: Instance) -> Stored:
     start = instance.stopped_at
     if instance.reservation_id is not None:
@@ -134,6 +146,11 @@ def stored_things(now: datetime) -> Iterator[Stored]:
     )
     for image in images.iterator():
         yield stored_image(image)
+    snapshots = Snapshot.objects.filter(status=SnapshotStatus.READY) | Snapshot.objects.filter(
+        ready_at__isnull=False, status=SnapshotStatus.DELETED, deleted_at__gte=since
+    )
+    for snapshot in snapshots.iterator():
+        yield stored_snapshot(snapshot)
     for instance in stopped_workspaces().iterator():
         yield stored_workspace(instance)
 

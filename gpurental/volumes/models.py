@@ -13,7 +13,9 @@ from django.utils.translation import gettext_lazy as _
 
 
 class VolumeStatus(models.TextChoices):
+    RESTORING = "restoring", _("Restoring")  # made from a snapshot on its host, not yet usable
     AVAILABLE = "available", _("Available")
+    FAILED = "failed", _("Failed")  # its restore failed: nothing on the host
     DELETED = "deleted", _("Deleted")
 
 
@@ -35,6 +37,11 @@ class Volume(models.Model):
     mount_path = models.CharField(max_length=200, blank=True)
     used_bytes = models.BigIntegerField(default=0, help_text="As the host last measured it")
     measured_at = models.DateTimeField(null=True, blank=True)
+    # The snapshot it was restored from (gpurental/volumes/snapshots.py), if any.
+    restored_from = models.ForeignKey(
+        "volumes.Snapshot", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    status_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     deleted_at = models.DateTimeField(null=True, blank=True)
 
@@ -43,7 +50,7 @@ class Volume(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["account", "name"],
-                condition=~Q(status="deleted"),
+                condition=Q(status__in=["restoring", "available"]),
                 name="volume_name_unique",
             ),
             models.CheckConstraint(condition=Q(size_gb__gte=1), name="volume_size_positive"),
@@ -76,3 +83,49 @@ class VolumeEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.reason[:60]}"
+
+
+class SnapshotStatus(models.TextChoices):
+    SAVING = "saving", _("Saving")
+    READY = "ready", _("Ready")
+    FAILED = "failed", _("Failed")
+    DELETED = "deleted", _("Deleted")
+
+
+class Snapshot(models.Model):
+    """A volume's files as a tar in the operator's S3-compatible object storage
+    (``SNAPSHOT_S3_*``), restorable to a new volume on any host."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="snapshots"
+    )
+    name = models.CharField(max_length=64)
+    volume = models.ForeignKey(Volume, on_delete=models.PROTECT, related_name="snapshots")
+    status = models.CharField(
+        max_length=10, choices=SnapshotStatus.choices, default=SnapshotStatus.SAVING
+    )
+    status_reason = models.TextField(blank=True)
+    object_key = models.CharField(max_length=200, unique=True)
+    size_bytes = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "name"],
+                condition=Q(status__in=["saving", "ready"]),
+                name="snapshot_name_unique",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="ready") | (Q(ready_at__isnull=False) & ~Q(sha256="")),
+                name="snapshot_ready_has_its_digest",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -45,6 +45,7 @@ RESERVED_PATHS = frozenset(
         "/opt",
     }
 )
+LIVE = (VolumeStatus.RESTORING, VolumeStatus.AVAILABLE)  # a name is taken while one is
 ENDED = ("terminated", "failed")  # an instance in these no longer holds its volumes
 STOPPED = "stopped"  # an instance in this may give a volume up (volume_detach)
 
@@ -117,11 +118,7 @@ def volume_create(
             field="host",
         )
     with transaction.atomic():
-        if (
-            Volume.objects.filter(account=account, name=name)
-            .exclude(status=VolumeStatus.DELETED)
-            .exists()
-        ):
+        if Volume.objects.filter(account=account, name=name, status__in=LIVE).exists():
             raise VolumeRefused(
                 _("you already have a volume %(name)s") % {"name": name}, field="name"
             )
@@ -201,7 +198,7 @@ def volumes_usage_record(*, host: Host, usage: dict, now: datetime) -> list[Volu
     rentals, which owns instance state)."""
     over = []
     for volume in Volume.objects.filter(
-        host=host, status=VolumeStatus.AVAILABLE, pk__in=[k for k in usage if _uuid(k)]
+        host=host, status=VolumeStatus.AVAILABLE, pk__in=[k for k in usage if is_uuid(k)]
     ):
         used = usage.get(str(volume.pk))
         if not isinstance(used, int) or used < 0:
@@ -221,7 +218,7 @@ def volumes_usage_record(*, host: Host, usage: dict, now: datetime) -> list[Volu
     return over
 
 
-def _uuid(value) -> bool:
+def is_uuid(value) -> bool:
     import uuid
 
     try:
@@ -242,10 +239,16 @@ def volumes_for_launch(*, account: User, wanted: list[tuple[str, str]]) -> list[
         except VolumeRefused as exc:
             raise VolumeRefused(exc.message, field="volumes") from exc
         query = Volume.objects.select_for_update(of=("self",)).select_related("host", "instance")
-        query = query.filter(account=account).exclude(status=VolumeStatus.DELETED)
-        volume = query.filter(pk=ref).first() if _uuid(ref) else query.filter(name=ref).first()
+        query = query.filter(account=account, status__in=LIVE)
+        volume = query.filter(pk=ref).first() if is_uuid(ref) else query.filter(name=ref).first()
         if volume is None:
             raise VolumeRefused(_("you have no volume %(ref)s") % {"ref": ref}, field="volumes")
+        if volume.status == VolumeStatus.RESTORING:
+            raise VolumeRefused(
+                _("%(name)s is still being restored from its snapshot; launch once it is ready")
+                % {"name": volume.name},
+                field="volumes",
+            )
         if in_use(volume):
             raise VolumeRefused(
                 _("%(name)s is mounted in instance %(instance)s, which has not ended")

@@ -147,3 +147,51 @@ def test_launch_mounts_volumes_and_volume_commands(logged_in, capsys):
     assert code == 0, err
     assert out == "Volume ds is free: the next launch on node1 may mount it\n"
     assert logged_in.requests[-1].path == "/api/v1/volumes/v-1/detach/"
+
+
+def test_snapshot_commands(logged_in, capsys):
+    snapshot = {
+        "id": "s-1",
+        "name": "before",
+        "volume": "v-1",
+        "volume_name": "ds",
+        "status": "saving",
+        "size_bytes": 0,
+    }
+    ready = {
+        **snapshot,
+        "status": "ready",
+        "size_bytes": 3_000_000_000,
+        "monthly_cost": "0.09",
+        "currency": "USD",
+    }
+    logged_in.reply("POST", "/api/v1/snapshots/", (201, snapshot))
+    logged_in.reply("GET", "/api/v1/snapshots/s-1/", (200, ready))
+    code, out, err = run(capsys, "snapshot-create", "ds", "before")
+    assert code == 0, err
+    assert out.startswith("Snapshot before of ds is in the storage (3.00 GB)")
+    assert logged_in.received("POST")[-1].body == {"volume": "ds", "name": "before"}
+
+    logged_in.reply("GET", "/api/v1/snapshots/", (200, {"results": [ready], "next": None}))
+    code, out, _ = run(capsys, "snapshots")
+    assert code == 0 and "before" in out and "0.09 USD" in out
+
+    restored = {
+        "id": "v-2",
+        "name": "copy",
+        "host": "node2",
+        "size_gb": 20,
+        "status": "available",
+        "used_bytes": 0,
+        "in_use": False,
+        "mount_path": "",
+    }
+    logged_in.reply("POST", "/api/v1/snapshots/s-1/restore/", (201, restored))
+    code, out, err = run(capsys, "snapshot-restore", "before", "--host", "node2", "--name", "copy")
+    assert code == 0, err
+    assert out.startswith("Volume copy (20 GB on node2): available")
+    assert logged_in.requests[-1].body == {"host": "node2", "name": "copy"}
+
+    logged_in.reply("DELETE", "/api/v1/snapshots/s-1/", (204, None))
+    code, out, _ = run(capsys, "snapshot-delete", "before")
+    assert (code, out) == (0, "Deleted snapshot before\n")

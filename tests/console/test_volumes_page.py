@@ -90,3 +90,53 @@ def test_detach_from_a_stopped_instance(client, alice, a100, make_host, sent):
     assert "Volume data detached" in page
     volume.refresh_from_db()
     assert volume.instance_id is None
+
+
+def test_snapshot_restore_and_delete_from_the_page(
+    client, alice, a100, make_host, image, sent, snapshots_on, django_capture_on_commit_callbacks
+):
+    from django.utils import timezone
+
+    from gpurental.volumes.models import Snapshot
+    from gpurental.volumes.snapshots import volume_report_receive
+    from tests.messages import signed
+
+    host = make_host("node1", a100)
+    make_host("node2", a100)
+    volume = volume_create(account=alice, name="data", size_gb=10, host=host, actor=alice)
+    client.force_login(alice)
+    assert "No snapshots yet" in client.get(reverse("volumes")).text
+    with django_capture_on_commit_callbacks(execute=True):
+        page = client.post(
+            reverse("snapshot_create", args=[volume.pk]), {"name": "first"}, follow=True
+        ).text
+    assert "Snapshot first of data requested" in page and "Saving" in page
+    assert sent[-1]["task"] == "volume_snapshot"
+    snapshot = Snapshot.objects.get()
+    volume_report_receive(
+        message=signed(
+            host,
+            kind="snapshotted",
+            data={"snapshot_id": str(snapshot.pk), "size_bytes": 2048, "sha256": "cd" * 32},
+        ),
+        now=timezone.now(),
+    )
+    page = client.get(reverse("volumes")).text
+    assert 'class="inline restore"' in page and "<option>node2</option>" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        page = client.post(
+            reverse("snapshot_restore", args=[snapshot.pk]),
+            {"host": "node2", "name": "copy"},
+            follow=True,
+        ).text
+    assert "Volume copy is being restored on node2" in page
+    assert Volume.objects.get(name="copy").status == "restoring"
+    assert sent[-1]["task"] == "volume_restore" and sent[-1]["queue"] == "host.node2"
+    bad = client.post(
+        reverse("snapshot_restore", args=[snapshot.pk]),
+        {"host": "node2", "name": "copy"},
+        follow=True,
+    ).text
+    assert "you already have a volume copy" in bad
+    gone = client.post(reverse("snapshot_delete", args=[snapshot.pk]), follow=True).text
+    assert "Snapshot first deleted" in gone

@@ -230,6 +230,28 @@ def dedicated_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     return extra
 
 
+class _ChunkReader:
+    """A file-like reader over an iterator of byte chunks (the engine's archive stream),
+    copying each byte once."""
+
+    def __init__(self, chunks) -> None:
+        self._chunks, self._chunk, self._at = iter(chunks), b"", 0
+
+    def read(self, size: int = -1) -> bytes:
+        parts, wanted = [], size
+        while wanted != 0:
+            if self._at >= len(self._chunk):
+                self._chunk, self._at = next(self._chunks, b""), 0
+                if not self._chunk:
+                    break
+            end = len(self._chunk) if wanted < 0 else min(len(self._chunk), self._at + wanted)
+            parts.append(self._chunk[self._at : end])
+            if wanted > 0:
+                wanted -= end - self._at
+            self._at = end
+        return b"".join(parts)
+
+
 @contextlib.contextmanager
 def _engine_errors(action: str) -> Iterator[None]:
     """Turn docker SDK errors into RuntimeFailure with a message people can act on."""
@@ -565,6 +587,74 @@ class DockerRuntime:
             raise RuntimeFailure(f"{name!r} is not a customer's volume")
         with _engine_errors(f"remove volume {name}"), contextlib.suppress(docker.errors.NotFound):
             self.client.volumes.get(name).remove()
+
+    # --- snapshots: a volume's files as a tar (gpurental/agent/volumesnap.py) ---------
+
+    def _helper(self, name: str, image: str, *, read_only: bool) -> Container:
+        """A container that never runs, with the volume at /v: the engine reads and writes
+        its files through it (GET and PUT /containers/{id}/archive), with no process of
+        ours inside, and no network."""
+        if not name.startswith("gpurental-vol-"):
+            raise RuntimeFailure(f"{name!r} is not a customer's volume")
+        with _engine_errors(f"make a helper container for volume {name}"):
+            return self.client.containers.create(
+                image,
+                command=["true"],
+                mounts=[Mount("/v", name, type="volume", read_only=read_only)],
+                network_disabled=True,
+                labels={LABEL_MANAGED: "true", LABEL_HOST: self.host_name or ""},
+            )
+
+    def _remap_base(self) -> tuple[int, int]:
+        """The host ids the engine maps a container's root to (userns-remap: its data root
+        ends in "<uid>.<gid>"), or (0, 0)."""
+        with _engine_errors("read the engine's settings"):
+            root = os.path.basename(str(self.client.info().get("DockerRootDir", "")))
+        uid, _, gid = root.partition(".")
+        return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else (0, 0)
+
+    def volume_archive(self, name: str, image: str, out) -> None:
+        """Write the volume's files as a tar to ``out`` (a binary file), owners as its
+        containers see them (the engine's archive names the host's remapped ids)."""
+        import tarfile
+
+        uid_base, gid_base = self._remap_base()
+        helper = self._helper(name, image, read_only=True)
+        try:
+            with _engine_errors(f"read volume {name}"):
+                stream, _stat = helper.get_archive("/v/.", chunk_size=1024 * 1024)
+                source = _ChunkReader(stream)
+                with (
+                    tarfile.open(fileobj=source, mode="r|") as tar_in,
+                    tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar_out,
+                ):
+                    for member in tar_in:
+                        if member.uid >= uid_base:
+                            member.uid -= uid_base
+                        if member.gid >= gid_base:
+                            member.gid -= gid_base
+                        member.uname = member.gname = ""
+                        data = tar_in.extractfile(member) if member.isfile() else None
+                        tar_out.addfile(member, data)
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                helper.remove(force=True)
+
+    def volume_unarchive(self, name: str, volume_id: str, image: str, tar_file) -> None:
+        """Make the customer's volume ``name`` and unpack the tar in ``tar_file`` into it."""
+        labels = {LABEL_VOLUME: volume_id, LABEL_MANAGED: "true"}
+        if self.host_name:
+            labels[LABEL_HOST] = self.host_name
+        with _engine_errors(f"create volume {name}"):
+            self.client.volumes.create(name, labels=labels)
+        helper = self._helper(name, image, read_only=False)
+        try:
+            with _engine_errors(f"fill volume {name}"):
+                if not helper.put_archive("/v", tar_file):
+                    raise RuntimeFailure(f"the engine did not unpack the snapshot into {name}")
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                helper.remove(force=True)
 
     def logs_tail(self, instance_id: str, lines: int = 30) -> str:
         container = self._find(instance_id)

@@ -6,7 +6,8 @@ from rest_framework import serializers
 
 from gpurental.api.fields import CurrencyField, StorageMonthlyField
 from gpurental.storage.models import StoredKind
-from gpurental.volumes.models import Volume
+from gpurental.storage.services import gb_of
+from gpurental.volumes.models import Snapshot, Volume
 
 
 class VolumeSerializer(serializers.ModelSerializer):
@@ -19,6 +20,13 @@ class VolumeSerializer(serializers.ModelSerializer):
     )
     monthly_cost = StorageMonthlyField(StoredKind.VOLUME, lambda volume: volume.size_gb)
     currency = CurrencyField()
+    restored_from = serializers.UUIDField(
+        source="restored_from_id",
+        read_only=True,
+        allow_null=True,
+        help_text="The snapshot it was restored from (status restoring until its host has "
+        "unpacked it), or null",
+    )
 
     class Meta:
         model = Volume
@@ -30,6 +38,8 @@ class VolumeSerializer(serializers.ModelSerializer):
             "used_bytes",
             "measured_at",
             "status",
+            "status_reason",
+            "restored_from",
             "instance",
             "mount_path",
             "in_use",
@@ -59,3 +69,48 @@ class VolumeCreateSerializer(serializers.Serializer):
 class VolumeMountSerializer(serializers.Serializer):
     volume = serializers.CharField(max_length=64, help_text="The volume's id or name")
     mount_path = serializers.CharField(max_length=200, required=False, default="/data")
+
+
+class SnapshotSerializer(serializers.ModelSerializer):
+    volume = serializers.UUIDField(source="volume_id", read_only=True)
+    volume_name = serializers.CharField(source="volume.name", read_only=True)
+    monthly_cost = StorageMonthlyField(
+        StoredKind.SNAPSHOT, lambda snapshot: gb_of(snapshot.size_bytes)
+    )
+    currency = CurrencyField()
+
+    class Meta:
+        model = Snapshot
+        fields = [
+            "id",
+            "name",
+            "volume",
+            "volume_name",
+            "status",
+            "status_reason",
+            "size_bytes",
+            "sha256",
+            "created_at",
+            "ready_at",
+            "monthly_cost",
+            "currency",
+        ]
+        read_only_fields = fields
+
+
+class SnapshotCreateSerializer(serializers.Serializer):
+    volume = serializers.CharField(max_length=64, help_text="The volume's id or name")
+    name = serializers.CharField(
+        max_length=63, help_text="Lowercase letters, digits, '.', '_', '-'"
+    )
+
+
+class SnapshotRestoreSerializer(serializers.Serializer):
+    host = serializers.CharField(max_length=64, help_text="The host the new volume lives on")
+    name = serializers.CharField(max_length=63, help_text="The new volume's name")
+    size_gb = serializers.IntegerField(
+        min_value=1,
+        max_value=16384,
+        required=False,
+        help_text="Default: the snapshotted volume's size",
+    )

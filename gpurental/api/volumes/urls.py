@@ -6,5 +6,6 @@ from gpurental.api.volumes import views
 
 router = SimpleRouter()
 router.register("volumes", views.VolumeViewSet, basename="volume")
+router.register("snapshots", views.SnapshotViewSet, basename="snapshot")
 
 urlpatterns = []

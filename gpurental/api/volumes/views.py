@@ -1,5 +1,6 @@
-"""Volumes over the API, per account (a team's when acting for it). Mount them at launch
-with ``"volumes": [{"volume": "<id or name>", "mount_path": "/data"}]``."""
+"""Volumes and their snapshots over the API, per account (a team's when acting for it).
+Mount volumes at launch with ``"volumes": [{"volume": "<id or name>", "mount_path":
+"/data"}]``; a snapshot restores into a new volume on any host."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from gpurental.api.lookups import OwnedMixin
 from gpurental.api.volumes import serializers as s
 from gpurental.fleet.selectors import host_named
 from gpurental.teams.acting import account_of
-from gpurental.volumes.models import Volume, VolumeStatus
+from gpurental.volumes import snapshots
+from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
 from gpurental.volumes.services import (
     VolumeRefused,
+    is_uuid,
     volume_create,
     volume_delete,
     volume_detach,
@@ -103,3 +106,96 @@ class VolumeViewSet(
         except VolumeRefused as exc:
             raise ValidationError({exc.field: [exc.message]}) from exc
         return Response(s.VolumeSerializer(volume).data)
+
+
+def _refused(exc: VolumeRefused) -> ValidationError:
+    return ValidationError({exc.field or "non_field_errors": [exc.message]})
+
+
+@extend_schema(tags=["volumes"])
+class SnapshotViewSet(
+    OwnedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Your volumes' snapshots, in the operator's object storage: each restores into a new
+    volume on any host."""
+
+    scope_area = "instances"
+    model = Snapshot
+    owner_field = "account"
+    noun = gettext_lazy("snapshot")
+    serializer_class = s.SnapshotSerializer
+
+    def get_queryset(self):
+        return (
+            super().get_queryset().exclude(status=SnapshotStatus.DELETED).select_related("volume")
+        )
+
+    @extend_schema(
+        summary="Snapshot a volume (free, or its instance stopped) into the object storage",
+        request=s.SnapshotCreateSerializer,
+        responses={201: s.SnapshotSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @idempotent
+    def create(self, request, *args, **kwargs):
+        form = s.SnapshotCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        account = account_of(request)
+        ref = data["volume"]
+        mine = Volume.objects.filter(account=account).exclude(status=VolumeStatus.DELETED)
+        volume = mine.filter(pk=ref).first() if is_uuid(ref) else mine.filter(name=ref).first()
+        if volume is None:
+            raise ValidationError({"volume": [_("you have no volume %(ref)s") % {"ref": ref}]})
+        try:
+            snapshot = snapshots.snapshot_create(
+                volume=volume, name=data["name"], actor=request.user
+            )
+        except VolumeRefused as exc:
+            raise _refused(exc) from exc
+        return Response(s.SnapshotSerializer(snapshot).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Restore a ready snapshot into a new volume on a host",
+        request=s.SnapshotRestoreSerializer,
+        responses={201: s.VolumeSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def restore(self, request, pk=None):
+        snapshot = self.get_object()
+        form = s.SnapshotRestoreSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        host = host_named(data["host"])
+        if host is None:
+            raise ValidationError(
+                {"host": [_("there is no host %(host)s") % {"host": data["host"]}]}
+            )
+        try:
+            volume = snapshots.volume_restore(
+                snapshot=snapshot,
+                host=host,
+                name=data["name"],
+                size_gb=data.get("size_gb"),
+                actor=request.user,
+            )
+        except VolumeRefused as exc:
+            raise _refused(exc) from exc
+        return Response(s.VolumeSerializer(volume).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Delete a snapshot from the object storage, for good",
+        responses={204: OpenApiResponse(description="Deleted")},
+    )
+    def destroy(self, request, *args, **kwargs):
+        try:
+            snapshots.snapshot_delete(snapshot=self.get_object(), actor=request.user)
+        except VolumeRefused as exc:
+            raise _refused(exc) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -97,6 +97,25 @@ def add_commands(command: AddCommand) -> None:
     )
     remove = command("volume-delete", cmd_volume_delete, "delete a volume and its data, for good")
     remove.add_argument("volume", help="its name or id")
+    command("snapshots", cmd_snapshots, "your volumes' snapshots in the object storage")
+    snap = command("snapshot-create", cmd_snapshot_create, "snapshot a volume into the storage")
+    snap.add_argument("volume", help="its name or id (free, or its instance stopped)")
+    snap.add_argument("name")
+    snap.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="return at once, while it uploads"
+    )
+    restore = command(
+        "snapshot-restore", cmd_snapshot_restore, "restore a snapshot into a new volume on a host"
+    )
+    restore.add_argument("snapshot", help="its name or id")
+    restore.add_argument("--host", required=True, help="the host the new volume lives on")
+    restore.add_argument("--name", required=True, help="the new volume's name")
+    restore.add_argument("--size", type=int, metavar="GB", help="default: the volume's size")
+    restore.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="return at once, while it restores"
+    )
+    drop = command("snapshot-delete", cmd_snapshot_delete, "delete a snapshot, for good")
+    drop.add_argument("snapshot", help="its name or id")
     detach = command(
         "volume-detach",
         cmd_volume_detach,
@@ -194,6 +213,66 @@ def cmd_volume_create(args: argparse.Namespace) -> int:
             f"Created volume {volume.name} ({volume.size_gb} GB on {volume.host}); mount it "
             f"with: gpurental launch … --volume {volume.name}:/data"
         )
+    return OK
+
+
+def cmd_snapshots(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        snapshots = client.snapshots.list()
+    if args.json:
+        print_json([s.raw for s in snapshots])
+    elif not snapshots:
+        say("No snapshots; make one with: gpurental snapshot-create VOLUME NAME")
+    else:
+        table(
+            ["NAME", "VOLUME", "STATUS", "SIZE", "PER MONTH"],
+            [
+                [s.name, s.volume_name, s.status, _size(s.size_bytes), _per_month(s)]
+                for s in snapshots
+            ],
+        )
+    return OK
+
+
+def cmd_snapshot_create(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        snapshot = client.snapshots.create(args.volume, args.name, wait=args.wait)
+    if args.json:
+        print_json(snapshot.raw)
+    elif snapshot.status == "ready":
+        say(
+            f"Snapshot {snapshot.name} of {snapshot.volume_name} is in the storage "
+            f"({_size(snapshot.size_bytes)}); restore it with: gpurental snapshot-restore "
+            f"{snapshot.name} --host HOST --name NEW"
+        )
+    else:
+        say(f"Snapshot {snapshot.name}: {snapshot.status}")
+    return OK
+
+
+def cmd_snapshot_restore(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        volume = client.snapshots.restore(
+            args.snapshot, args.host, args.name, size_gb=args.size, wait=args.wait
+        )
+    if args.json:
+        print_json(volume.raw)
+    else:
+        say(
+            f"Volume {volume.name} ({volume.size_gb} GB on {volume.host}): "
+            f"{volume.raw.get('status', '')}; mount it with: gpurental launch … --volume "
+            f"{volume.name}:/data"
+        )
+    return OK
+
+
+def cmd_snapshot_delete(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        client.snapshots.delete(args.snapshot)
+    if args.json:
+        print_json({"deleted": args.snapshot})
+    else:
+        say(f"Deleted snapshot {args.snapshot}")
     return OK
 
 

@@ -1,0 +1,347 @@
+"""Snapshots: a volume's files as a tar in the operator's S3-compatible object storage,
+restorable to a new volume on any host (which is how a customer's data moves to another
+host).
+
+The control plane holds the storage's keys (``SNAPSHOT_S3_*``); a host never does. For
+each upload or download it presigns one URL for one object and sends it, sealed for that
+host, with the command (``protocol.VOLUME_SNAPSHOT``, ``VOLUME_RESTORE``). The agent tars
+the volume through the Docker Engine (a helper container that never runs), PUTs it, and
+reports its size and SHA-256; a restore GETs it, checks the digest and unpacks it into the
+new volume (``protocol.VOLUME_KINDS``). A snapshot is taken of a volume no running
+instance holds (free, or its instance stopped), so that its files are at rest."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from functools import partial
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from gpurental import protocol
+from gpurental.accounts.models import User
+from gpurental.accounts.services import audit_record
+from gpurental.fleet import hostlink
+from gpurental.fleet.hostlink import refuse_message
+from gpurental.fleet.models import Host, HostStatus
+from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
+from gpurental.volumes.services import (
+    ENDED,
+    LIVE,
+    MAX_SIZE_GB,
+    NAME,
+    STOPPED,
+    VolumeRefused,
+    _event,
+)
+
+GB = 1024**3
+URL_EXPIRES_S = 6 * 3600  # a 5 GiB upload at 1 MB/s still fits
+
+
+def configured() -> bool:
+    return bool(settings.SNAPSHOT_S3_BUCKET)
+
+
+def s3_client():
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.SNAPSHOT_S3_ENDPOINT_URL or None,
+        aws_access_key_id=settings.SNAPSHOT_S3_ACCESS_KEY_ID or None,
+        aws_secret_access_key=settings.SNAPSHOT_S3_SECRET_ACCESS_KEY or None,
+        region_name=settings.SNAPSHOT_S3_REGION,
+    )
+
+
+def _url(method: str, key: str) -> str:
+    return s3_client().generate_presigned_url(
+        method,
+        Params={"Bucket": settings.SNAPSHOT_S3_BUCKET, "Key": key},
+        ExpiresIn=URL_EXPIRES_S,
+    )
+
+
+def _helper_image(host: Host) -> str:
+    """An image every host has (the one customers' own images run like): the helper
+    container that reads or fills a volume is made from it and never runs."""
+    from gpurental.catalog.models import ImageTemplate
+
+    template = ImageTemplate.objects.filter(slug=settings.CUSTOM_IMAGE_TEMPLATE).first()
+    if template is None:
+        template = ImageTemplate.objects.filter(is_active=True).order_by("pk").first()
+    if template is None:
+        raise VolumeRefused(_("the catalog has no image to read volumes with"), field="volume")
+    return template.image_for(host.gpu_source)
+
+
+def _refuse_unless_configured() -> None:
+    if not configured():
+        raise VolumeRefused(
+            _(
+                "snapshots are not set up on this platform: the operator sets "
+                "SNAPSHOT_S3_BUCKET (and its endpoint and keys)"
+            ),
+            field="volume",
+        )
+
+
+def _check_name(name: str, *, field: str = "name") -> str:
+    name = (name or "").strip()
+    if not NAME.match(name):
+        raise VolumeRefused(
+            _("%(name)r must be 1 to 63 lowercase letters, digits, '.', '_' or '-'")
+            % {"name": name},
+            field=field,
+        )
+    return name
+
+
+def snapshot_create(
+    *, volume: Volume, name: str, actor: User, now: datetime | None = None
+) -> Snapshot:
+    """Save ``volume``'s files as the snapshot ``name``; its host uploads them."""
+    _refuse_unless_configured()
+    now = now or timezone.now()
+    name = _check_name(name)
+    with transaction.atomic():
+        volume = Volume.objects.select_for_update().select_related("host").get(pk=volume.pk)
+        if volume.status != VolumeStatus.AVAILABLE:
+            raise VolumeRefused(
+                _("volume %(name)s is %(status)s") % {"name": volume.name, "status": volume.status},
+                field="volume",
+            )
+        holder = volume.instance
+        if holder is not None and holder.status not in (STOPPED, *ENDED):
+            raise VolumeRefused(
+                _(
+                    "volume %(name)s is mounted in instance %(instance)s (%(status)s): stop "
+                    "that instance first, so that its files are at rest"
+                )
+                % {"name": volume.name, "instance": holder, "status": holder.status},
+                field="volume",
+            )
+        if Snapshot.objects.filter(
+            account=volume.account,
+            name=name,
+            status__in=[SnapshotStatus.SAVING, SnapshotStatus.READY],
+        ).exists():
+            raise VolumeRefused(
+                _("you already have a snapshot %(name)s") % {"name": name}, field="name"
+            )
+        snapshot_id = uuid.uuid4()
+        snapshot = Snapshot.objects.create(
+            id=snapshot_id,
+            account=volume.account,
+            name=name,
+            volume=volume,
+            object_key=f"snapshots/{volume.account_id}/{snapshot_id}.tar",
+            created_at=now,
+        )
+        _event(volume, "snapshot", f"snapshot {name} requested", actor=actor, now=now)
+        audit_record(action="snapshot.created", actor=actor, obj=snapshot)
+        host, helper = volume.host, _helper_image(volume.host)
+        transaction.on_commit(
+            partial(
+                hostlink.send,
+                host,
+                protocol.VOLUME_SNAPSHOT,
+                snapshot_id=str(snapshot.pk),
+                volume=volume.docker_name,
+                helper_image=helper,
+                sealed=hostlink.seal_secrets(
+                    host, {"object_url": _url("put_object", snapshot.object_key)}
+                ),
+            )
+        )
+    return snapshot
+
+
+def volume_restore(
+    *,
+    snapshot: Snapshot,
+    host: Host,
+    name: str,
+    size_gb: int | None = None,
+    actor: User,
+    now: datetime | None = None,
+) -> Volume:
+    """A new volume ``name`` on ``host`` holding the snapshot's files; usable once its host
+    has unpacked them (status ``restoring``, then ``available`` or ``failed``)."""
+    _refuse_unless_configured()
+    now = now or timezone.now()
+    name = _check_name(name)
+    with transaction.atomic():
+        snapshot = Snapshot.objects.select_for_update().select_related("volume").get(pk=snapshot.pk)
+        if snapshot.status != SnapshotStatus.READY:
+            raise VolumeRefused(
+                _("snapshot %(name)s is %(status)s; only a ready one restores")
+                % {"name": snapshot.name, "status": snapshot.status},
+                field="snapshot",
+            )
+        size_gb = snapshot.volume.size_gb if size_gb is None else size_gb
+        least = max(1, -(-snapshot.size_bytes // GB))
+        if not isinstance(size_gb, int) or not least <= size_gb <= MAX_SIZE_GB:
+            raise VolumeRefused(
+                _("must be a whole number of GB from %(least)s (the snapshot's size) to %(most)s")
+                % {"least": least, "most": MAX_SIZE_GB},
+                field="size_gb",
+            )
+        if host.status != HostStatus.ACTIVE:
+            raise VolumeRefused(
+                _("%(host)s takes no new volumes now (it is %(status)s)")
+                % {"host": host.name, "status": host.get_status_display()},
+                field="host",
+            )
+        if Volume.objects.filter(account=snapshot.account, name=name, status__in=LIVE).exists():
+            raise VolumeRefused(
+                _("you already have a volume %(name)s") % {"name": name}, field="name"
+            )
+        volume = Volume.objects.create(
+            account=snapshot.account,
+            name=name,
+            size_gb=size_gb,
+            host=host,
+            status=VolumeStatus.RESTORING,
+            restored_from=snapshot,
+            created_at=now,
+        )
+        _event(
+            volume,
+            "restoring",
+            f"{size_gb} GB on {host.name}, from snapshot {snapshot.name}",
+            actor=actor,
+            now=now,
+        )
+        audit_record(
+            action="volume.restored",
+            actor=actor,
+            obj=volume,
+            changes={"snapshot": str(snapshot.pk), "host": host.name},
+        )
+        helper = _helper_image(host)
+        transaction.on_commit(
+            partial(
+                hostlink.send,
+                host,
+                protocol.VOLUME_RESTORE,
+                volume_id=str(volume.pk),
+                volume=volume.docker_name,
+                sha256=snapshot.sha256,
+                helper_image=helper,
+                sealed=hostlink.seal_secrets(
+                    host, {"object_url": _url("get_object", snapshot.object_key)}
+                ),
+            )
+        )
+    return volume
+
+
+def snapshot_delete(*, snapshot: Snapshot, actor: User, now: datetime | None = None) -> Snapshot:
+    """Delete a snapshot's object from the storage, for good; volumes restored from it
+    keep their files."""
+    _refuse_unless_configured()
+    now = now or timezone.now()
+    with transaction.atomic():
+        snapshot = Snapshot.objects.select_for_update().get(pk=snapshot.pk)
+        if snapshot.status == SnapshotStatus.DELETED:
+            return snapshot
+        if snapshot.status == SnapshotStatus.SAVING:
+            raise VolumeRefused(
+                _("snapshot %(name)s is still being saved; delete it once it is ready or failed")
+                % {"name": snapshot.name},
+                field="snapshot",
+            )
+        s3_client().delete_object(Bucket=settings.SNAPSHOT_S3_BUCKET, Key=snapshot.object_key)
+        snapshot.status, snapshot.deleted_at = SnapshotStatus.DELETED, now
+        snapshot.save(update_fields=["status", "deleted_at"])
+        _event(
+            snapshot.volume, "snapshot", f"snapshot {snapshot.name} deleted", actor=actor, now=now
+        )
+        audit_record(action="snapshot.deleted", actor=actor, obj=snapshot)
+    return snapshot
+
+
+def volume_report_receive(*, message: dict, now: datetime) -> None:
+    """A host's report on a snapshot or a restore, verified; only the host the request
+    went to may report on it."""
+    host, payload = hostlink.receive(message=message, what="volume report", now=now)
+    kind, data = payload.get("kind"), payload.get("data") or {}
+    if kind not in protocol.VOLUME_KINDS or not isinstance(data, dict):
+        refuse_message(name=host.name, what="volume report", why=f"kind {kind!r}", now=now)
+    if data.get("snapshot_id"):
+        _snapshot_report(host, kind, data, now)
+    else:
+        _restore_report(host, kind, data, now)
+
+
+def _id(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _snapshot_report(host: Host, kind: str, data: dict, now: datetime) -> None:
+    with transaction.atomic():
+        snapshot = (
+            Snapshot.objects.select_for_update()
+            .select_related("volume")
+            .filter(pk=_id(data.get("snapshot_id")), volume__host=host)
+            .first()
+        )
+        if snapshot is None or snapshot.status != SnapshotStatus.SAVING:
+            return  # another host's, or late
+        volume = snapshot.volume
+        if kind == "progress":
+            snapshot.status_reason = str(data.get("message", ""))[:500]
+            snapshot.save(update_fields=["status_reason"])
+        elif kind == "snapshotted":
+            size, digest = data.get("size_bytes"), str(data.get("sha256", ""))
+            if not (isinstance(size, int) and size >= 0 and len(digest) == 64):
+                refuse_message(
+                    name=host.name, what="volume report", why="no size or digest", now=now
+                )
+            snapshot.status, snapshot.ready_at = SnapshotStatus.READY, now
+            snapshot.size_bytes, snapshot.sha256, snapshot.status_reason = size, digest, ""
+            snapshot.save(
+                update_fields=["status", "ready_at", "size_bytes", "sha256", "status_reason"]
+            )
+            _event(
+                volume,
+                "snapshot",
+                f"snapshot {snapshot.name} ready: {size / GB:.2f} GB",
+                now=now,
+            )
+        elif kind == "snapshot_failed":
+            reason = str(data.get("reason", ""))[:4000]
+            snapshot.status, snapshot.status_reason = SnapshotStatus.FAILED, reason
+            snapshot.save(update_fields=["status", "status_reason"])
+            _event(volume, "snapshot_failed", f"snapshot {snapshot.name}: {reason}", now=now)
+
+
+def _restore_report(host: Host, kind: str, data: dict, now: datetime) -> None:
+    with transaction.atomic():
+        volume = (
+            Volume.objects.select_for_update()
+            .filter(pk=_id(data.get("volume_id")), host=host)
+            .first()
+        )
+        if volume is None or volume.status != VolumeStatus.RESTORING:
+            return
+        if kind == "progress":
+            volume.status_reason = str(data.get("message", ""))[:500]
+            volume.save(update_fields=["status_reason"])
+        elif kind == "restored":
+            volume.status, volume.status_reason = VolumeStatus.AVAILABLE, ""
+            volume.save(update_fields=["status", "status_reason"])
+            _event(volume, "restored", "the snapshot's files are in it", now=now)
+        elif kind == "restore_failed":
+            reason = str(data.get("reason", ""))[:4000]
+            volume.status, volume.status_reason = VolumeStatus.FAILED, reason
+            volume.save(update_fields=["status", "status_reason"])
+            _event(volume, "restore_failed", reason, now=now)

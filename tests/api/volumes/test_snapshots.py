@@ -1,0 +1,163 @@
+"""Snapshots over the API, without a host: what the control plane asks (a presigned URL
+sealed for the volume's host), what it makes of the host's reports, restores into a new
+volume on another host, refusals that name the field, and nobody else's snapshots.
+tests/volumes/test_snapshots_on_docker.py runs the host's side for real."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from django.utils import timezone
+
+from gpurental import protocol
+from gpurental.fleet import hostlink
+from gpurental.rentals.services import lifecycle as lc
+from gpurental.storage.services import stored_things
+from gpurental.volumes.models import Snapshot, Volume
+from gpurental.volumes.snapshots import volume_report_receive
+from tests.api.conftest import assert_error
+from tests.messages import signed
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/snapshots/"
+DIGEST = "ab" * 32
+
+
+@pytest.fixture
+def hosts(make_host, a100, image):
+    return make_host("node1", a100), make_host("node2", a100)
+
+
+@pytest.fixture
+def volume(as_alice, hosts):
+    as_alice.post("/api/v1/volumes/", {"name": "data", "size_gb": 20, "host": "node1"})
+    return Volume.objects.get(name="data")
+
+
+@pytest.fixture
+def post(as_alice, django_capture_on_commit_callbacks):
+    def call(url, body):
+        with django_capture_on_commit_callbacks(execute=True):
+            return as_alice.post(url, body, format="json")
+
+    return call
+
+
+def report(host, kind, **data):
+    volume_report_receive(message=signed(host, kind=kind, data=data), now=timezone.now())
+
+
+def object_url(host, message) -> str:
+    key = hostlink.keys_of(host.keys_sealed).spec
+    return protocol.secrets_open(key, message["sealed"])["object_url"]
+
+
+def test_a_snapshot_is_uploaded_by_its_host_then_restored_on_another(
+    snapshots_on, volume, hosts, post, sent
+):
+    node1, node2 = hosts
+    created = post(URL, {"volume": "data", "name": "before-training"})
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["status"] == "saving" and body["volume_name"] == "data"
+    [message] = sent
+    assert message["task"] == "volume_snapshot" and message["queue"] == "host.node1"
+    assert message["volume"] == volume.docker_name
+    url = object_url(node1, message)
+    assert url.startswith(f"{snapshots_on['endpoint']}/snapshots/snapshots/")
+    assert "Signature=" in url and "operator-secret" not in url  # presigned, no key
+
+    snapshot = Snapshot.objects.get()
+    report(node2, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=5, sha256=DIGEST)
+    snapshot.refresh_from_db()
+    assert snapshot.status == "saving"  # another host's word counts for nothing
+    report(
+        node1, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=3 * 1024**3, sha256=DIGEST
+    )
+    snapshot.refresh_from_db()
+    assert (snapshot.status, snapshot.size_bytes, snapshot.sha256) == ("ready", 3 * 1024**3, DIGEST)
+    assert any(
+        s.kind == "snapshot" and s.object_id == snapshot.pk for s in stored_things(timezone.now())
+    )
+
+    # Too small for what it holds: a 400 naming size_gb, nothing made.
+    small = post(f"{URL}{snapshot.pk}/restore/", {"host": "node2", "name": "copy", "size_gb": 2})
+    error = assert_error(small, 400, "invalid", field="size_gb")
+    assert "from 3 (the snapshot's size)" in error["fields"]["size_gb"][0]
+    sent.clear()
+    restored = post(f"{URL}{snapshot.pk}/restore/", {"host": "node2", "name": "copy"})
+    assert restored.status_code == 201, restored.content
+    copy = Volume.objects.get(name="copy")
+    assert restored.json()["status"] == "restoring" and restored.json()["size_gb"] == 20
+    assert (copy.host, copy.restored_from) == (node2, snapshot)
+    [message] = sent
+    assert message["task"] == "volume_restore" and message["queue"] == "host.node2"
+    assert message["sha256"] == DIGEST and message["volume_id"] == str(copy.pk)
+    assert object_url(node2, message).startswith(f"{snapshots_on['endpoint']}/snapshots/")
+
+    # Not mountable until its host has unpacked it.
+    launch = post(
+        "/api/v1/instances/",
+        {"gpu_model": "a100", "image": "jupyter-cpu", "volumes": [{"volume": "copy"}]},
+    )
+    assert (
+        "still being restored" in assert_error(launch, 400, "invalid", field="volumes")["message"]
+    )
+    report(node2, "restored", volume_id=str(copy.pk))
+    copy.refresh_from_db()
+    assert copy.status == "available" and copy.events.filter(kind="restored").exists()
+
+
+def test_a_failed_upload_or_restore_says_why(snapshots_on, volume, hosts, post):
+    node1, node2 = hosts
+    post(URL, {"volume": "data", "name": "s"})
+    snapshot = Snapshot.objects.get()
+    report(node1, "snapshot_failed", snapshot_id=str(snapshot.pk), reason="HTTP 403 from storage")
+    snapshot.refresh_from_db()
+    assert (snapshot.status, snapshot.status_reason) == ("failed", "HTTP 403 from storage")
+    error = assert_error(
+        post(f"{URL}{snapshot.pk}/restore/", {"host": "node2", "name": "c"}),
+        400,
+        "invalid",
+        field="snapshot",
+    )
+    assert "only a ready one restores" in error["fields"]["snapshot"][0]
+
+
+def test_refusals_name_the_field(snapshots_on, volume, hosts, post, alice, a100, image, settings):
+    assert_error(post(URL, {"volume": "nope", "name": "s"}), 400, "invalid", field="volume")
+    assert_error(post(URL, {"volume": "data", "name": "Bad Name"}), 400, "invalid", field="name")
+    instance = lc.instance_launch(
+        user=alice, image=image, gpu_model=a100, gpu_count=1, volumes=[("data", "/data")]
+    )
+    error = assert_error(post(URL, {"volume": "data", "name": "s"}), 400, "invalid", field="volume")
+    assert f"mounted in instance {instance} (pending): stop that instance first" in error["message"]
+    settings.SNAPSHOT_S3_BUCKET = ""
+    error = assert_error(post(URL, {"volume": "data", "name": "s"}), 400, "invalid", field="volume")
+    assert "SNAPSHOT_S3_BUCKET" in error["message"]
+    assert not Snapshot.objects.exists()
+
+
+def test_another_customer_sees_none_and_a_delete_removes_the_object(
+    snapshots_on, volume, hosts, post, as_alice, as_bob
+):
+    node1, _ = hosts
+    post(URL, {"volume": "data", "name": "s"})
+    snapshot = Snapshot.objects.get()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=snapshots_on["endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id=snapshots_on["aws_access_key_id"],
+        aws_secret_access_key=snapshots_on["aws_secret_access_key"],
+    )
+    s3.put_object(Bucket="snapshots", Key=snapshot.object_key, Body=b"tar")
+    report(node1, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=3, sha256=DIGEST)
+    assert as_bob.get(URL).json()["results"] == []
+    assert_error(as_bob.get(f"{URL}{snapshot.pk}/"), 404, "not_found")
+    assert_error(as_bob.delete(f"{URL}{snapshot.pk}/"), 404, "not_found")
+    assert as_alice.get(URL).json()["results"][0]["monthly_cost"] == "0.00"
+    assert as_alice.delete(f"{URL}{snapshot.pk}/").status_code == 204
+    snapshot.refresh_from_db()
+    assert snapshot.status == "deleted"
+    assert s3.list_objects_v2(Bucket="snapshots", Prefix=snapshot.object_key)["KeyCount"] == 0

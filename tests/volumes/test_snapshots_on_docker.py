@@ -1,0 +1,93 @@
+"""Snapshots for real: a host agent tars a volume through the Docker Engine, uploads it to
+an S3 API server (moto's, on 127.0.0.1) over a presigned URL, and restores it into a new
+volume, owners and all; a snapshot whose digest does not match restores nothing."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from gpurental.testing.agent_process import wait_for
+from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
+from gpurental.volumes.services import volume_create
+from gpurental.volumes.snapshots import snapshot_create, volume_restore
+from tests.agent.conftest import JUPYTER_IMAGE
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+
+def in_volume(docker_client, volume: Volume, script: str) -> str:
+    """Run ``script`` in a throwaway container with the volume at /v, as the customer's
+    root would (the engine's user namespace applies)."""
+    out = docker_client.containers.run(
+        JUPYTER_IMAGE,
+        ["sh", "-c", script],
+        entrypoint=[],
+        volumes={volume.docker_name: {"bind": "/v", "mode": "rw"}},
+        network_disabled=True,
+        remove=True,
+    )
+    return out.decode()
+
+
+def test_a_volume_snapshotted_to_object_storage_restores_into_a_new_volume(
+    agent, alice, docker_client, snapshots_on
+):
+    host = agent.host
+    volume = volume_create(account=alice, name="data", size_gb=2, host=host, actor=alice)
+    in_volume(
+        docker_client,
+        volume,
+        "mkdir -p /v/ds && head -c 3000000 /dev/urandom > /v/ds/blob && echo kept > /v/note "
+        "&& chown 1000:1000 /v/note && sha256sum /v/ds/blob > /v/sum",
+    )
+
+    snapshot = snapshot_create(volume=volume, name="first", actor=alice)
+    wait_for(
+        lambda: Snapshot.objects.get(pk=snapshot.pk).status != SnapshotStatus.SAVING,
+        60,
+        "the snapshot",
+        agent,
+    )
+    snapshot.refresh_from_db()
+    assert snapshot.status == SnapshotStatus.READY, snapshot.status_reason
+    assert snapshot.size_bytes > 3_000_000 and len(snapshot.sha256) == 64
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=snapshots_on["endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id=snapshots_on["aws_access_key_id"],
+        aws_secret_access_key=snapshots_on["aws_secret_access_key"],
+    )
+    head = s3.head_object(Bucket="snapshots", Key=snapshot.object_key)
+    assert head["ContentLength"] == snapshot.size_bytes
+
+    copy = volume_restore(snapshot=snapshot, host=host, name="copy", actor=alice)
+    assert copy.status == VolumeStatus.RESTORING
+    wait_for(
+        lambda: Volume.objects.get(pk=copy.pk).status != VolumeStatus.RESTORING,
+        60,
+        "the restore",
+        agent,
+    )
+    copy.refresh_from_db()
+    assert copy.status == VolumeStatus.AVAILABLE, copy.status_reason
+    seen = in_volume(
+        docker_client, copy, "cat /v/note && stat -c %u /v/note && cd /v && sha256sum -c sum"
+    )
+    assert seen.split("\n")[:3] == ["kept", "1000", "/v/ds/blob: OK"]
+
+    # A digest that does not match (the object changed in the storage): nothing restored.
+    Snapshot.objects.filter(pk=snapshot.pk).update(sha256="0" * 64)
+    snapshot.refresh_from_db()
+    bad = volume_restore(snapshot=snapshot, host=host, name="bad", actor=alice)
+    wait_for(
+        lambda: Volume.objects.get(pk=bad.pk).status != VolumeStatus.RESTORING,
+        60,
+        "the failed restore",
+        agent,
+    )
+    bad.refresh_from_db()
+    assert bad.status == VolumeStatus.FAILED
+    assert "SHA-256 does not match" in bad.status_reason
+    assert not docker_client.volumes.list(filters={"name": bad.docker_name})
