@@ -36,6 +36,7 @@ BENCHES = [
     "acceptance",
     "nvml_sampler",
     "images",
+    "snapshot",
 ]
 
 

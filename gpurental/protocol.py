@@ -213,7 +213,10 @@ SPEC_FIELDS = frozenset(
 # and refuses an image larger than max_bytes.
 # ``volumes``: the customer's volumes to mount, [{"name": "gpurental-vol-<id>", "path",
 # "volume": id}]; the agent makes each Docker volume the first time.
-OPTIONAL_SPEC_FIELDS = frozenset({"dedicated", "pull", "volumes"})
+# ``workspace_from``: {"sha256"} of a snapshot (gpurental/volumes/snapshots.py) to unpack
+# into the instance's /workspace when the host makes it (its first start there); the
+# download URL comes sealed ("object_url").
+OPTIONAL_SPEC_FIELDS = frozenset({"dedicated", "pull", "volumes", "workspace_from"})
 
 
 class SpecRefused(ValueError):
@@ -252,6 +255,9 @@ def spec_open(key: bytes, spec: dict) -> dict:
     if opened.get("pull"):
         auth = secrets.get("registry_auth")
         opened["pull"] = {**opened["pull"], "auth": auth if isinstance(auth, dict) else None}
+    if opened.get("workspace_from"):
+        url = str(secrets.get("object_url", ""))
+        opened["workspace_from"] = {**opened["workspace_from"], "url": url}
     return opened
 
 

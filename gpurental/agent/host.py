@@ -105,6 +105,9 @@ class HostAgent:
             if str(v.get("name", "")).startswith("gpurental-vol-")
             and str(v.get("path", "")).startswith("/")
         )
+        source = data.pop("workspace_from", None)
+        if source and str(source.get("url", "")).startswith(("https://", "http://")):
+            data["workspace_from"] = (str(source["url"]), str(source.get("sha256", "")))
         pull = data.pop("pull", None)
         if pull:
             data["pull"] = PullPolicy(

@@ -6,6 +6,7 @@ and reports how it went (``protocol.VOLUME_KINDS``). The tar waits in a temporar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import tempfile
@@ -105,6 +106,33 @@ def volume_snapshot_command(agent, payload: dict) -> None:
     report("snapshotted", snapshot_id=snapshot_id, size_bytes=size, sha256=digest.hexdigest())
 
 
+@contextlib.contextmanager
+def fetch_verified(url: str, sha256: str, progress=None):
+    """The object at ``url`` in a temporary file (rewound), once its SHA-256 is
+    ``sha256``; ValueError otherwise."""
+    progress = progress or (lambda *args: None)
+    with tempfile.TemporaryFile(prefix="gpurental-restore-") as tar:
+        digest = hashlib.sha256()
+        with requests.get(url, stream=True, timeout=TIMEOUT) as answer:
+            if answer.status_code != 200:
+                raise ValueError(
+                    f"the object storage refused the download: HTTP {answer.status_code}"
+                )
+            total = int(answer.headers.get("Content-Length") or 0) or None
+            done = 0
+            for chunk in answer.iter_content(CHUNK):
+                tar.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                progress("downloading", done, total)
+        if digest.hexdigest() != sha256:
+            raise ValueError(
+                "the snapshot's SHA-256 does not match what was uploaded: nothing restored"
+            )
+        tar.seek(0)
+        yield tar
+
+
 def volume_restore_command(agent, payload: dict) -> None:
     volume_id = str(payload.get("volume_id", ""))
     name = str(payload.get("volume", ""))
@@ -113,25 +141,7 @@ def volume_restore_command(agent, payload: dict) -> None:
         unarchive = _runtime_method(agent, "volume_unarchive")
         url = _url(agent, payload)
         progress = _Progress(report, volume_id=volume_id)
-        with tempfile.TemporaryFile(prefix="gpurental-restore-") as tar:
-            digest = hashlib.sha256()
-            with requests.get(url, stream=True, timeout=TIMEOUT) as answer:
-                if answer.status_code != 200:
-                    raise ValueError(
-                        f"the object storage refused the download: HTTP {answer.status_code}"
-                    )
-                total = int(answer.headers.get("Content-Length") or 0) or None
-                done = 0
-                for chunk in answer.iter_content(CHUNK):
-                    tar.write(chunk)
-                    digest.update(chunk)
-                    done += len(chunk)
-                    progress("downloading", done, total)
-            if digest.hexdigest() != payload.get("sha256"):
-                raise ValueError(
-                    "the snapshot's SHA-256 does not match what was uploaded: nothing restored"
-                )
-            tar.seek(0)
+        with fetch_verified(url, str(payload.get("sha256", "")), progress) as tar:
             progress("unpacking", 0)
             unarchive(name, volume_id, str(payload.get("helper_image", "")), tar)
     except (

@@ -166,6 +166,7 @@ class Client(GroupsMixin, PaymentsMixin):
         framework: str | None = None,
         image: str | None = None,
         volumes: dict[str, str] | None = None,
+        workspace_from: Any = None,
         model_repo: str | None = None,
         model: str | None = None,
         gpu_count: int = 1,
@@ -180,7 +181,9 @@ class Client(GroupsMixin, PaymentsMixin):
         template's slug ("pytorch-2.1"); or ``image`` is your own image's reference
         ("registry.example.com/team/train:1"), pulled with the login saved for its registry
         (``client.registry_logins.save``). ``volumes`` mounts your volumes, {name or id:
-        path} (the instance then runs on their host). ``model_repo="huggingface"`` mounts the host's
+        path} (the instance then runs on their host). ``workspace_from``: a snapshot of
+        another instance's /workspace (``client.snapshots.create_workspace``), its files
+        in this one's. ``model_repo="huggingface"`` mounts the host's
         shared Hugging Face cache. ``model`` ("sentence-transformers/all-MiniLM-L6-v2")
         asks for a model from the hosts' shared caches: hosts that have it come first
         (``instance.raw["hf_model_cached"]`` says whether this one does; else it downloads
@@ -213,6 +216,8 @@ class Client(GroupsMixin, PaymentsMixin):
             body["idle_stop_minutes"] = idle_stop_minutes
         if volumes:
             body["volumes"] = [{"volume": v, "mount_path": p} for v, p in volumes.items()]
+        if workspace_from is not None:
+            body["workspace_from"] = str(getattr(workspace_from, "id", workspace_from))
         return self._instance(self._request("POST", "instances/", json_body=body))
 
     def list_instances(self, status: str | None = None) -> list[Instance]:

@@ -203,6 +203,14 @@ class Volumes:
         )
         self._client._request("DELETE", f"volumes/{quote(volume_id, safe='')}/")
 
+    def resize(self, volume: Volume | str, size_gb: int) -> Volume:
+        """Make it larger (never smaller); billed at the new size from now."""
+        volume_id = (
+            volume.id if isinstance(volume, Volume) else _id_of(self.list(), volume, "volume")
+        )
+        path = f"volumes/{quote(volume_id, safe='')}/resize/"
+        return Volume.from_api(self._client._request("POST", path, json_body={"size_gb": size_gb}))
+
     def detach(self, volume: Volume | str) -> Volume:
         """Take it from the stopped instance that holds it: the next launch on its host may
         mount it, and that instance starts again without it."""
@@ -220,8 +228,9 @@ class Snapshot:
 
     id: str
     name: str
-    volume: str  # the snapshotted volume's id
-    volume_name: str
+    volume: str  # the snapshotted volume's id, or "" for a /workspace's
+    instance: str  # the instance whose /workspace it holds, or ""
+    source_name: str  # what it is a snapshot of
     status: str  # saving, ready, failed
     status_reason: str
     size_bytes: int
@@ -235,8 +244,9 @@ class Snapshot:
         return cls(
             id=str(data.get("id", "")),
             name=data.get("name", ""),
-            volume=str(data.get("volume", "")),
-            volume_name=data.get("volume_name", ""),
+            volume=str(data.get("volume") or ""),
+            instance=str(data.get("instance") or ""),
+            source_name=data.get("source_name", ""),
             status=data.get("status", ""),
             status_reason=data.get("status_reason", ""),
             size_bytes=int(data.get("size_bytes") or 0),
@@ -273,9 +283,19 @@ class Snapshots:
         """Snapshot a volume (free, or its instance stopped); with ``wait``, until it is in
         the storage (GpuRentalError with the host's reason when it fails)."""
         ref = volume.id if isinstance(volume, Volume) else volume
-        snapshot = Snapshot.from_api(
-            self._client._request("POST", "snapshots/", json_body={"volume": ref, "name": name})
-        )
+        return self._made({"volume": ref, "name": name}, wait, timeout)
+
+    def create_workspace(
+        self, instance: Any, name: str, *, wait: bool = True, timeout: float = 6 * 3600
+    ) -> Snapshot:
+        """Snapshot a stopped instance's /workspace; launch a new instance from it with
+        ``create_instance(..., workspace_from=snapshot)``, on whatever host it lands on."""
+        instance_id = getattr(instance, "id", instance)
+        return self._made({"instance": str(instance_id), "name": name}, wait, timeout)
+
+    def _made(self, body: dict[str, Any], wait: bool, timeout: float) -> Snapshot:
+        name = body["name"]
+        snapshot = Snapshot.from_api(self._client._request("POST", "snapshots/", json_body=body))
         deadline = time.monotonic() + timeout
         while wait and snapshot.status == "saving":
             if time.monotonic() > deadline:

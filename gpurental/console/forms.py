@@ -13,6 +13,9 @@ from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import image_resolve
 from gpurental.images.services import ImageRefused, custom_image_resolved
 from gpurental.modelcache.selectors import models_offered
+from gpurental.volumes.models import Snapshot, SnapshotStatus, VolumeStatus
+from gpurental.volumes.selectors import volumes_of
+from gpurental.volumes.services import in_use
 
 
 class SignupForm(forms.Form):
@@ -90,6 +93,24 @@ class LaunchForm(forms.Form):
             "have it are chosen first"
         ),
     )
+    volume = forms.ChoiceField(
+        required=False,
+        label=gettext_lazy("Volume"),
+        help_text=gettext_lazy(
+            "Optional: one of your free volumes, mounted at the path below; the instance runs "
+            "on its host"
+        ),
+    )
+    mount_path = forms.CharField(
+        max_length=200, required=False, initial="/data", label=gettext_lazy("Mounted at")
+    )
+    workspace_from = forms.ChoiceField(
+        required=False,
+        label=gettext_lazy("/workspace from"),
+        help_text=gettext_lazy(
+            "Optional: a snapshot of another instance's /workspace; this one starts with its files"
+        ),
+    )
     name = forms.CharField(
         max_length=100,
         required=False,
@@ -101,6 +122,32 @@ class LaunchForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.account = account  # whose saved images the own-image field may name
         self.fields["model"].choices = [("", _("none"))] + [(m, m) for m in models_offered()]
+        free = [
+            (v.name, f"{v.name} ({v.size_gb} GB, {v.host.name})")
+            for v in (volumes_of(account=account) if account is not None else [])
+            if v.status == VolumeStatus.AVAILABLE and not in_use(v)
+        ]
+        self.fields["volume"].choices = [("", _("none"))] + free
+        ready = (
+            Snapshot.objects.filter(
+                account=account, instance__isnull=False, status=SnapshotStatus.READY
+            )
+            if account is not None
+            else Snapshot.objects.none()
+        )
+        self.fields["workspace_from"].choices = [("", _("a new, empty one"))] + [
+            (snap.name, snap.name) for snap in ready
+        ]
+
+    def clean_workspace_from(self):
+        name = self.cleaned_data.get("workspace_from")
+        if not name:
+            return None
+        return (
+            Snapshot.objects.filter(account=self.account, name=name)
+            .exclude(status=SnapshotStatus.DELETED)
+            .first()
+        )
         # ?image=pytorch-2.1 (an alias) preselects the image it names.
         resolved = image_resolve(str(self.initial.get("image", "")))
         if resolved is not None:

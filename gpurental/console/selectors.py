@@ -33,6 +33,7 @@ from gpurental.rentals.selectors import (
 from gpurental.rentals.services import lifecycle, reservations
 from gpurental.rentals.services.reservations import refund_for
 from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
+from gpurental.volumes.snapshots import configured as snapshots_configured
 
 LIVE = (
     InstanceStatus.PENDING,
@@ -80,6 +81,9 @@ def instance_context(*, instance: Instance, viewer) -> dict:
             "open": is_owner and instance.status == InstanceStatus.RUNNING,
             "stop": instance.status in lifecycle.STOPPABLE,
             "start": instance.status == InstanceStatus.STOPPED,
+            "snapshot": instance.status == InstanceStatus.STOPPED
+            and not instance.lease_id
+            and snapshots_configured(),
             # No-GPU mode: on-demand instances only (lifecycle.instance_start).
             "start_without_gpus": not (
                 instance.reservation_id or instance.lease_id or instance.group_id

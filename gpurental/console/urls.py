@@ -63,6 +63,11 @@ urlpatterns = [
         name="instance_save_image",
     ),
     path(
+        "instances/<uuid:instance_id>/snapshot/",
+        views_volumes.workspace_snapshot_view,
+        name="workspace_snapshot",
+    ),
+    path(
         "instances/<uuid:instance_id>/<str:action>/", views.instance_action, name="instance_action"
     ),
     path("dedicated/", views_baremetal.leases, name="leases"),
@@ -82,6 +87,9 @@ urlpatterns = [
         views_volumes.volume_action_view,
         {"action": "delete"},
         name="volume_delete",
+    ),
+    path(
+        "volumes/<uuid:volume_id>/resize/", views_volumes.volume_resize_view, name="volume_resize"
     ),
     path(
         "volumes/<uuid:volume_id>/snapshot/",

@@ -126,7 +126,7 @@ def dashboard_instances(request):
 def launch(request):
     initial = {
         k: request.GET[k]
-        for k in ("gpu_model", "gpu_count", "image", "own_image")
+        for k in ("gpu_model", "gpu_count", "image", "own_image", "workspace_from")
         if k in request.GET
     }
     form = LaunchForm(request.POST or None, initial=initial, account=account_of(request))
@@ -143,9 +143,14 @@ def launch(request):
                 gpu_count=data["gpu_count"],
                 name=data["name"],
                 hf_model=data.get("model", ""),
+                volumes=[(data["volume"], data["mount_path"] or "/data")]
+                if data.get("volume")
+                else None,
+                workspace_from=data.get("workspace_from"),
             )
         except RentalError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            field = "volume" if exc.field == "volumes" else exc.field
+            form.add_error(field if field in form.fields else None, exc.message)
         else:
             return redirect("instance", instance_id=instance.pk)
     return render(request, "console/launch.html", {"form": form, "prices": selectors.price_table()})

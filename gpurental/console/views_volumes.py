@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from gpurental.fleet.models import Host, HostStatus
+from gpurental.rentals.selectors import instance_visible_to
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, require_role, role_refusal
 from gpurental.volumes import snapshots
@@ -25,6 +26,7 @@ from gpurental.volumes.services import (
     volume_create,
     volume_delete,
     volume_detach,
+    volume_resize,
 )
 
 
@@ -72,7 +74,7 @@ def _snapshots_of(account):
     return (
         Snapshot.objects.filter(account=account)
         .exclude(status=SnapshotStatus.DELETED)
-        .select_related("volume")
+        .select_related("volume", "instance")
     )
 
 
@@ -83,6 +85,27 @@ def _done(request, call, message: str, **names) -> None:
         messages.error(request, exc.message)
     else:
         messages.success(request, message % names)
+
+
+@login_required
+@require_POST
+def volume_resize_view(request, volume_id):
+    require_role(request, roles.OPERATE)
+    volume = volumes_of(account=account_of(request)).filter(pk=volume_id).first()
+    if volume is None:
+        raise Http404("No such volume.")
+    text = request.POST.get("size_gb", "").strip()
+    if not text.isdigit():
+        messages.error(request, _("Size: %(text)r is not a whole number of GB.") % {"text": text})
+        return redirect("volumes")
+    _done(
+        request,
+        lambda: volume_resize(volume=volume, size_gb=int(text), actor=request.user),
+        _("Volume %(name)s is %(size)s GB now."),
+        name=volume.name,
+        size=text,
+    )
+    return redirect("volumes")
 
 
 @login_required
@@ -101,6 +124,26 @@ def snapshot_create_view(request, volume_id):
         volume=volume.name,
     )
     return redirect("volumes")
+
+
+@login_required
+@require_POST
+def workspace_snapshot_view(request, instance_id):
+    """A stopped instance's /workspace as a snapshot (its page's form)."""
+    require_role(request, roles.OPERATE)
+    instance = instance_visible_to(user=account_of(request), instance_id=instance_id)
+    if instance is None or instance.user_id != account_of(request).pk:
+        raise Http404("No such instance.")
+    name = request.POST.get("name", "")
+    _done(
+        request,
+        lambda: snapshots.workspace_snapshot_create(
+            instance=instance, name=name, actor=request.user
+        ),
+        _("Snapshot %(name)s of its /workspace requested: its host uploads it (see Volumes)."),
+        name=name,
+    )
+    return redirect("instance", instance_id=instance.pk)
 
 
 @login_required

@@ -17,6 +17,7 @@ from gpurental.images.selectors import (
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
 from gpurental.volumes.selectors import volumes_mounted
+from gpurental.volumes.snapshots import workspace_source_url
 
 
 def _send_spec(instance: Instance, task: str) -> None:
@@ -77,6 +78,7 @@ def container_spec(instance: Instance) -> dict:
         **_dedicated(instance),
         **_pull(instance),
         **_volumes(instance),
+        **_workspace_from(instance),
     }
 
 
@@ -131,8 +133,20 @@ def _ssh(instance: Instance) -> dict | None:
     return {"port": instance.image.ssh_port, "authorized_keys": sshkeys.client_public_key()}
 
 
+def _workspace_from(instance: Instance) -> dict:
+    """The snapshot its /workspace starts from (the agent unpacks it into a new workspace
+    only), its download URL among the sealed secrets."""
+    return {"workspace_from": {"sha256": instance.workspace_from.sha256}} if _from(instance) else {}
+
+
+def _from(instance: Instance) -> bool:
+    return instance.workspace_from_id is not None and instance.workspace_from.status == "ready"
+
+
 def _secrets(instance: Instance) -> dict:
     secrets = {"token": instance.jupyter_token}
+    if _from(instance):
+        secrets["object_url"] = workspace_source_url(instance.workspace_from)
     if _ssh(instance) is not None:
         secrets["ssh_host_key"] = instance.ssh_host_key
     if (auth := _registry_auth(instance)) is not None:

@@ -83,6 +83,11 @@ class Instance(models.Model):
     # A customer's own image (gpurental/images/references.py), run with the settings of
     # ``image`` (CUSTOM_IMAGE_TEMPLATE); empty: the template's own image.
     image_ref = models.CharField(max_length=300, blank=True)
+    # A snapshot of another instance's /workspace this one's was restored from at its first
+    # start (gpurental/volumes/snapshots.py): a clone, or a move to another host.
+    workspace_from = models.ForeignKey(
+        "volumes.Snapshot", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     # A Hugging Face repository asked for at launch ("org/name"): placement prefers hosts
     # whose shared cache has it (gpurental/modelcache).
     hf_model = models.CharField(max_length=96, blank=True)

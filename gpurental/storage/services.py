@@ -162,16 +162,21 @@ def hour_floor(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def stored_meter(*, stored: Stored, now: datetime, price: Decimal) -> list[StorageCharge]:
+def stored_meter(
+    *, stored: Stored, now: datetime, price: Decimal, wait: bool = False
+) -> list[StorageCharge]:
     """Charge one stored thing up to now (closed hours while it is stored; to the second
-    once it ended). Locks its watermark; a thing another worker meters now is skipped."""
+    once it ended). Locks its watermark; a thing another worker meters now is skipped,
+    unless ``wait`` (a settlement before the thing changes must not be skipped)."""
     end = stored.end if stored.end is not None else hour_floor(now)
     end = min(end, now)
     with transaction.atomic():
         meter, _ = StorageMeter.objects.get_or_create(
             kind=stored.kind, object_id=stored.object_id, defaults={"billed_until": stored.start}
         )
-        meter = StorageMeter.objects.select_for_update(skip_locked=True).filter(pk=meter.pk).first()
+        meter = (
+            StorageMeter.objects.select_for_update(skip_locked=not wait).filter(pk=meter.pk).first()
+        )
         if meter is None:
             return []
         start = max(stored.start, meter.billed_until)
@@ -234,4 +239,14 @@ def workspace_settle(*, instance: Instance, now: datetime) -> int:
     if instance.lease_id is not None:
         return 0
     stored = replace(stored_workspace(instance), end=now)
-    return len(stored_meter(stored=stored, now=now, price=prices()[StoredKind.WORKSPACE]))
+    return len(
+        stored_meter(stored=stored, now=now, price=prices()[StoredKind.WORKSPACE], wait=True)
+    )
+
+
+def volume_settle(*, volume: Volume, now: datetime) -> int:
+    """Charge a volume up to ``now`` at its size, before its size changes."""
+    if volume.status != VolumeStatus.AVAILABLE:
+        return 0
+    stored = replace(stored_volume(volume), end=now)
+    return len(stored_meter(stored=stored, now=now, price=prices()[StoredKind.VOLUME], wait=True))

@@ -93,15 +93,22 @@ class SnapshotStatus(models.TextChoices):
 
 
 class Snapshot(models.Model):
-    """A volume's files as a tar in the operator's S3-compatible object storage
-    (``SNAPSHOT_S3_*``), restorable to a new volume on any host."""
+    """A volume's files, or a stopped instance's /workspace, as a tar in the operator's
+    S3-compatible object storage (``SNAPSHOT_S3_*``): a volume's restores into a new volume
+    on any host, a workspace's into the /workspace of a new instance on any host."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     account = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="snapshots"
     )
     name = models.CharField(max_length=64)
-    volume = models.ForeignKey(Volume, on_delete=models.PROTECT, related_name="snapshots")
+    volume = models.ForeignKey(
+        Volume, null=True, blank=True, on_delete=models.PROTECT, related_name="snapshots"
+    )
+    # Or the instance whose /workspace it holds.
+    instance = models.ForeignKey(
+        "rentals.Instance", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     status = models.CharField(
         max_length=10, choices=SnapshotStatus.choices, default=SnapshotStatus.SAVING
     )
@@ -125,7 +132,19 @@ class Snapshot(models.Model):
                 condition=~Q(status="ready") | (Q(ready_at__isnull=False) & ~Q(sha256="")),
                 name="snapshot_ready_has_its_digest",
             ),
+            models.CheckConstraint(
+                condition=(Q(volume__isnull=False) & Q(instance__isnull=True))
+                | (Q(volume__isnull=True) & Q(instance__isnull=False)),
+                name="snapshot_of_a_volume_or_a_workspace",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def source_name(self) -> str:
+        """What it is a snapshot of, for people: the volume's name, or "/workspace of …"."""
+        if self.volume_id is not None:
+            return self.volume.name
+        return f"/workspace of {self.instance}"

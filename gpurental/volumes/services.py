@@ -192,6 +192,40 @@ def volume_detach(*, volume: Volume, actor: User, now: datetime | None = None) -
     return volume
 
 
+def volume_resize(
+    *, volume: Volume, size_gb: int, actor: User, now: datetime | None = None
+) -> Volume:
+    """Make a volume larger (never smaller: its files may need the room). What it held is
+    charged at the old size up to now, the new size from now on."""
+    from gpurental.storage.services import volume_settle  # storage reads volumes
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        volume = Volume.objects.select_for_update().get(pk=volume.pk)
+        if volume.status != VolumeStatus.AVAILABLE:
+            raise VolumeRefused(
+                _("volume %(name)s is %(status)s") % {"name": volume.name, "status": volume.status},
+                field="volume",
+            )
+        if not isinstance(size_gb, int) or not volume.size_gb < size_gb <= MAX_SIZE_GB:
+            raise VolumeRefused(
+                _(
+                    "must be a whole number of GB larger than its %(size)s GB, at most "
+                    "%(most)s (a volume grows, it never shrinks)"
+                )
+                % {"size": volume.size_gb, "most": MAX_SIZE_GB},
+                field="size_gb",
+            )
+        volume_settle(volume=volume, now=now)
+        old, volume.size_gb = volume.size_gb, size_gb
+        volume.save(update_fields=["size_gb"])
+        _event(volume, "resized", f"{old} GB → {size_gb} GB", actor=actor, now=now)
+        audit_record(
+            action="volume.resized", actor=actor, obj=volume, changes={"size_gb": [old, size_gb]}
+        )
+    return volume
+
+
 def volumes_usage_record(*, host: Host, usage: dict, now: datetime) -> list[Volume]:
     """The host's measurement of its volumes ({volume id: bytes}); returns the volumes now
     over their size, each with an event the first time (their instances are stopped by

@@ -18,6 +18,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -125,39 +126,117 @@ def snapshot_create(
                 % {"name": volume.name, "instance": holder, "status": holder.status},
                 field="volume",
             )
-        if Snapshot.objects.filter(
-            account=volume.account,
-            name=name,
-            status__in=[SnapshotStatus.SAVING, SnapshotStatus.READY],
-        ).exists():
-            raise VolumeRefused(
-                _("you already have a snapshot %(name)s") % {"name": name}, field="name"
-            )
-        snapshot_id = uuid.uuid4()
-        snapshot = Snapshot.objects.create(
-            id=snapshot_id,
-            account=volume.account,
-            name=name,
-            volume=volume,
-            object_key=f"snapshots/{volume.account_id}/{snapshot_id}.tar",
-            created_at=now,
+        snapshot = _snapshot(
+            volume.account, name, volume.host, volume.docker_name, now, volume=volume
         )
         _event(volume, "snapshot", f"snapshot {name} requested", actor=actor, now=now)
         audit_record(action="snapshot.created", actor=actor, obj=snapshot)
-        host, helper = volume.host, _helper_image(volume.host)
-        transaction.on_commit(
-            partial(
-                hostlink.send,
-                host,
-                protocol.VOLUME_SNAPSHOT,
-                snapshot_id=str(snapshot.pk),
-                volume=volume.docker_name,
-                helper_image=helper,
-                sealed=hostlink.seal_secrets(
-                    host, {"object_url": _url("put_object", snapshot.object_key)}
-                ),
-            )
+    return snapshot
+
+
+def workspace_snapshot_create(
+    *, instance, name: str, actor: User, now: datetime | None = None
+) -> Snapshot:
+    """Save a stopped instance's /workspace as the snapshot ``name``: launched with
+    ``workspace_from``, a new instance on any host starts with these files (a clone; with
+    the old one terminated, a move)."""
+    _refuse_unless_configured()
+    now = now or timezone.now()
+    name = _check_name(name)
+    instances = Snapshot._meta.get_field("instance").related_model  # rentals reads volumes
+    with transaction.atomic():
+        instance = (
+            instances.objects.select_for_update(of=("self",))
+            .select_related("host")
+            .get(pk=instance.pk)
         )
+        if instance.status != STOPPED or instance.host_id is None:
+            raise VolumeRefused(
+                _(
+                    "instance %(instance)s is %(status)s: stop it first, so that its "
+                    "/workspace is at rest"
+                )
+                % {"instance": instance, "status": instance.status},
+                field="instance",
+            )
+        if instance.lease_id is not None:
+            raise VolumeRefused(
+                _("an instance on a dedicated host keeps its /workspace there"), field="instance"
+            )
+        snapshot = _snapshot(
+            instance.user,
+            name,
+            instance.host,
+            f"gpurental-ws-{instance.pk}",
+            now,
+            instance=instance,
+        )
+        audit_record(action="snapshot.created", actor=actor, obj=snapshot)
+    return snapshot
+
+
+def _snapshot(
+    account, name: str, host: Host, docker_name: str, now: datetime, **source
+) -> Snapshot:
+    """The snapshot row (under the caller's lock), and the host asked to upload it."""
+    if Snapshot.objects.filter(
+        account=account, name=name, status__in=[SnapshotStatus.SAVING, SnapshotStatus.READY]
+    ).exists():
+        raise VolumeRefused(
+            _("you already have a snapshot %(name)s") % {"name": name}, field="name"
+        )
+    snapshot_id = uuid.uuid4()
+    snapshot = Snapshot.objects.create(
+        id=snapshot_id,
+        account=account,
+        name=name,
+        object_key=f"snapshots/{account.pk}/{snapshot_id}.tar",
+        created_at=now,
+        **source,
+    )
+    helper = _helper_image(host)
+    transaction.on_commit(
+        partial(
+            hostlink.send,
+            host,
+            protocol.VOLUME_SNAPSHOT,
+            snapshot_id=str(snapshot.pk),
+            volume=docker_name,
+            helper_image=helper,
+            sealed=hostlink.seal_secrets(
+                host, {"object_url": _url("put_object", snapshot.object_key)}
+            ),
+        )
+    )
+    return snapshot
+
+
+def workspace_source_url(snapshot: Snapshot) -> str:
+    """A download URL for a workspace snapshot, for the start spec of the instance whose
+    /workspace is restored from it (sealed there for its host)."""
+    return _url("get_object", snapshot.object_key)
+
+
+def workspace_source_check(*, snapshot: Snapshot, account, disk_gb: int) -> Snapshot:
+    """A workspace snapshot a launch of ``account``'s may start from, or VolumeRefused."""
+    if snapshot.account_id != account.pk or snapshot.instance_id is None:
+        raise VolumeRefused(
+            _("you have no workspace snapshot %(name)s") % {"name": snapshot.name},
+            field="workspace_from",
+        )
+    if snapshot.status != SnapshotStatus.READY:
+        raise VolumeRefused(
+            _("snapshot %(name)s is %(status)s; only a ready one restores")
+            % {"name": snapshot.name, "status": snapshot.status},
+            field="workspace_from",
+        )
+    if snapshot.size_bytes > disk_gb * GB:
+        raise VolumeRefused(
+            _("snapshot %(name)s holds %(gb).1f GB, more than the plan's %(disk)s GB of disk")
+            % {"name": snapshot.name, "gb": snapshot.size_bytes / GB, "disk": disk_gb},
+            field="workspace_from",
+        )
+    _refuse_unless_configured()
     return snapshot
 
 
@@ -176,11 +255,24 @@ def volume_restore(
     now = now or timezone.now()
     name = _check_name(name)
     with transaction.atomic():
-        snapshot = Snapshot.objects.select_for_update().select_related("volume").get(pk=snapshot.pk)
+        snapshot = (
+            Snapshot.objects.select_for_update(of=("self",))
+            .select_related("volume")
+            .get(pk=snapshot.pk)
+        )
         if snapshot.status != SnapshotStatus.READY:
             raise VolumeRefused(
                 _("snapshot %(name)s is %(status)s; only a ready one restores")
                 % {"name": snapshot.name, "status": snapshot.status},
+                field="snapshot",
+            )
+        if snapshot.volume is None:
+            raise VolumeRefused(
+                _(
+                    "snapshot %(name)s holds a /workspace: launch an instance with it "
+                    "(workspace_from) instead"
+                )
+                % {"name": snapshot.name},
                 field="snapshot",
             )
         size_gb = snapshot.volume.size_gb if size_gb is None else size_gb
@@ -259,9 +351,14 @@ def snapshot_delete(*, snapshot: Snapshot, actor: User, now: datetime | None = N
         s3_client().delete_object(Bucket=settings.SNAPSHOT_S3_BUCKET, Key=snapshot.object_key)
         snapshot.status, snapshot.deleted_at = SnapshotStatus.DELETED, now
         snapshot.save(update_fields=["status", "deleted_at"])
-        _event(
-            snapshot.volume, "snapshot", f"snapshot {snapshot.name} deleted", actor=actor, now=now
-        )
+        if snapshot.volume is not None:
+            _event(
+                snapshot.volume,
+                "snapshot",
+                f"snapshot {snapshot.name} deleted",
+                actor=actor,
+                now=now,
+            )
         audit_record(action="snapshot.deleted", actor=actor, obj=snapshot)
     return snapshot
 
@@ -289,14 +386,14 @@ def _id(value) -> uuid.UUID | None:
 def _snapshot_report(host: Host, kind: str, data: dict, now: datetime) -> None:
     with transaction.atomic():
         snapshot = (
-            Snapshot.objects.select_for_update()
+            Snapshot.objects.select_for_update(of=("self",))
             .select_related("volume")
-            .filter(pk=_id(data.get("snapshot_id")), volume__host=host)
+            .filter(Q(volume__host=host) | Q(instance__host=host), pk=_id(data.get("snapshot_id")))
             .first()
         )
         if snapshot is None or snapshot.status != SnapshotStatus.SAVING:
             return  # another host's, or late
-        volume = snapshot.volume
+        volume = snapshot.volume  # None for a workspace's: its own status says it all
         if kind == "progress":
             snapshot.status_reason = str(data.get("message", ""))[:500]
             snapshot.save(update_fields=["status_reason"])
@@ -311,17 +408,19 @@ def _snapshot_report(host: Host, kind: str, data: dict, now: datetime) -> None:
             snapshot.save(
                 update_fields=["status", "ready_at", "size_bytes", "sha256", "status_reason"]
             )
-            _event(
-                volume,
-                "snapshot",
-                f"snapshot {snapshot.name} ready: {size / GB:.2f} GB",
-                now=now,
-            )
+            if volume is not None:
+                _event(
+                    volume,
+                    "snapshot",
+                    f"snapshot {snapshot.name} ready: {size / GB:.2f} GB",
+                    now=now,
+                )
         elif kind == "snapshot_failed":
             reason = str(data.get("reason", ""))[:4000]
             snapshot.status, snapshot.status_reason = SnapshotStatus.FAILED, reason
             snapshot.save(update_fields=["status", "status_reason"])
-            _event(volume, "snapshot_failed", f"snapshot {snapshot.name}: {reason}", now=now)
+            if volume is not None:
+                _event(volume, "snapshot_failed", f"snapshot {snapshot.name}: {reason}", now=now)
 
 
 def _restore_report(host: Host, kind: str, data: dict, now: datetime) -> None:

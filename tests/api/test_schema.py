@@ -53,6 +53,7 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/volumes/{id}/"),
     ("delete", "/api/v1/volumes/{id}/"),
     ("post", "/api/v1/volumes/{id}/detach/"),
+    ("post", "/api/v1/volumes/{id}/resize/"),
     ("get", "/api/v1/snapshots/"),
     ("post", "/api/v1/snapshots/"),
     ("get", "/api/v1/snapshots/{id}/"),

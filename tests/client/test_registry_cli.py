@@ -147,6 +147,11 @@ def test_launch_mounts_volumes_and_volume_commands(logged_in, capsys):
     assert code == 0, err
     assert out == "Volume ds is free: the next launch on node1 may mount it\n"
     assert logged_in.requests[-1].path == "/api/v1/volumes/v-1/detach/"
+    # Resize, by name.
+    logged_in.reply("POST", "/api/v1/volumes/v-1/resize/", (200, {**volume, "size_gb": 50}))
+    code, out, err = run(capsys, "volume-resize", "ds", "--size", "50")
+    assert (code, out) == (0, "Volume ds is 50 GB now\n"), err
+    assert logged_in.requests[-1].body == {"size_gb": 50}
 
 
 def test_snapshot_commands(logged_in, capsys):
@@ -154,7 +159,7 @@ def test_snapshot_commands(logged_in, capsys):
         "id": "s-1",
         "name": "before",
         "volume": "v-1",
-        "volume_name": "ds",
+        "source_name": "ds",
         "status": "saving",
         "size_bytes": 0,
     }
@@ -169,7 +174,9 @@ def test_snapshot_commands(logged_in, capsys):
     logged_in.reply("GET", "/api/v1/snapshots/s-1/", (200, ready))
     code, out, err = run(capsys, "snapshot-create", "ds", "before")
     assert code == 0, err
-    assert out.startswith("Snapshot before of ds is in the storage (3.00 GB)")
+    assert out.startswith(
+        "Snapshot before of ds is in the storage (3.00 GB); use it with: gpurental snapshot-restore"
+    )
     assert logged_in.received("POST")[-1].body == {"volume": "ds", "name": "before"}
 
     logged_in.reply("GET", "/api/v1/snapshots/", (200, {"results": [ready], "next": None}))

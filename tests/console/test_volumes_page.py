@@ -140,3 +140,71 @@ def test_snapshot_restore_and_delete_from_the_page(
     assert "you already have a volume copy" in bad
     gone = client.post(reverse("snapshot_delete", args=[snapshot.pk]), follow=True).text
     assert "Snapshot first deleted" in gone
+
+
+def test_the_launch_form_mounts_a_free_volume_on_its_host(
+    client, alice, a100, make_host, image, sent
+):
+    from gpurental.rentals.models import Instance
+
+    make_host("node1", a100)
+    node2 = make_host("node2", a100)
+    volume_create(account=alice, name="datasets", size_gb=10, host=node2, actor=alice)
+    client.force_login(alice)
+    page = client.get(reverse("launch")).text
+    assert '<option value="datasets">datasets (10 GB, node2)</option>' in page
+    base = {"gpu_model": a100.slug, "gpu_count": 1, "image": image.slug, "volume": "datasets"}
+    refused = client.post(reverse("launch"), {**base, "mount_path": "/etc"})
+    assert refused.status_code == 200 and "/etc" in refused.text
+    assert not Instance.objects.exists()
+    response = client.post(reverse("launch"), {**base, "mount_path": "/mnt/ds"})
+    assert response.status_code == 302, response.content[:500]
+    instance = Instance.objects.get()
+    volume = Volume.objects.get(name="datasets")
+    assert instance.host == node2 and (volume.instance, volume.mount_path) == (instance, "/mnt/ds")
+    assert "datasets" not in client.get(reverse("launch")).text  # held now
+
+
+def test_a_stopped_instance_s_workspace_snapshot_then_a_launch_from_it(
+    client, alice, a100, make_host, image, sent, snapshots_on, django_capture_on_commit_callbacks
+):
+    from django.utils import timezone
+
+    from gpurental.rentals.models import Instance
+    from gpurental.rentals.services import lifecycle as lc
+    from gpurental.volumes.models import Snapshot
+    from gpurental.volumes.snapshots import volume_report_receive
+    from tests.messages import signed
+
+    host = make_host("node1", a100)
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    client.force_login(alice)
+    assert 'id="snapshot-workspace"' not in client.get(reverse("instance", args=[instance.pk])).text
+    lc.instance_stop(instance=instance)
+    lc.instance_report_stopped(instance_id=str(instance.pk))
+    assert 'id="snapshot-workspace"' in client.get(reverse("instance", args=[instance.pk])).text
+    with django_capture_on_commit_callbacks(execute=True):
+        page = client.post(
+            reverse("workspace_snapshot", args=[instance.pk]), {"name": "ws"}, follow=True
+        ).text
+    assert "Snapshot ws of its /workspace requested" in page
+    snapshot = Snapshot.objects.get()
+    volume_report_receive(
+        message=signed(
+            host,
+            kind="snapshotted",
+            data={"snapshot_id": str(snapshot.pk), "size_bytes": 10, "sha256": "ef" * 32},
+        ),
+        now=timezone.now(),
+    )
+    volumes_page = client.get(reverse("volumes")).text
+    assert f"/workspace of {instance}" in volumes_page and "workspace_from=ws" in volumes_page
+    form = client.get(reverse("launch"), {"workspace_from": "ws"}).text
+    assert '<option value="ws" selected>ws</option>' in form
+    response = client.post(
+        reverse("launch"),
+        {"gpu_model": a100.slug, "gpu_count": 1, "image": image.slug, "workspace_from": "ws"},
+    )
+    assert response.status_code == 302, response.content[:300]
+    clone = Instance.objects.exclude(pk=instance.pk).get()
+    assert clone.workspace_from == snapshot

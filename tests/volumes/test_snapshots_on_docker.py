@@ -91,3 +91,50 @@ def test_a_volume_snapshotted_to_object_storage_restores_into_a_new_volume(
     assert bad.status == VolumeStatus.FAILED
     assert "SHA-256 does not match" in bad.status_reason
     assert not docker_client.volumes.list(filters={"name": bad.docker_name})
+
+
+def test_a_stopped_instance_s_workspace_starts_a_new_instance_with_its_files(
+    agent, catalog, alice, docker_client, snapshots_on
+):
+    from gpurental.rentals.models import Instance, InstanceStatus
+    from gpurental.rentals.services import lifecycle as lc
+    from gpurental.volumes.snapshots import workspace_snapshot_create
+
+    def running(instance):
+        wait_for(
+            lambda: Instance.objects.get(pk=instance.pk).status == InstanceStatus.RUNNING,
+            90,
+            "the instance to run",
+            agent,
+        )
+        return docker_client.containers.get(f"gpurental-{instance.pk}")
+
+    model, image = catalog
+    first = lc.instance_launch(user=alice, image=image, gpu_model=model, gpu_count=1)
+    code, _ = running(first).exec_run(["sh", "-c", "echo trained > /workspace/model.txt"])
+    assert code == 0
+    lc.instance_stop(instance=first, actor=alice)
+    wait_for(
+        lambda: Instance.objects.get(pk=first.pk).status == InstanceStatus.STOPPED,
+        60,
+        "the stop",
+        agent,
+    )
+
+    snapshot = workspace_snapshot_create(instance=first, name="ws", actor=alice)
+    wait_for(
+        lambda: Snapshot.objects.get(pk=snapshot.pk).status != SnapshotStatus.SAVING,
+        60,
+        "the workspace snapshot",
+        agent,
+    )
+    snapshot.refresh_from_db()
+    assert snapshot.status == SnapshotStatus.READY, snapshot.status_reason
+
+    clone = lc.instance_launch(
+        user=alice, image=image, gpu_model=model, gpu_count=1, workspace_from=snapshot
+    )
+    code, out = running(clone).exec_run(["cat", "/workspace/model.txt"])
+    assert (code, out) == (0, b"trained\n")
+    steps = list(clone.events.filter(kind="progress").values_list("step", "reason"))
+    assert any("restoring /workspace from its snapshot" in reason for _, reason in steps), steps

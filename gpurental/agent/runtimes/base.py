@@ -120,6 +120,8 @@ class ContainerSpec:
     pull: PullPolicy | None = field(default=None, repr=False)
     # The customer's volumes: (Docker volume name, mount path, volume id) each.
     volumes: tuple[tuple[str, str, str], ...] = ()
+    # A snapshot to unpack into /workspace when the host makes it: (download URL, SHA-256).
+    workspace_from: tuple[str, str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)
@@ -146,7 +148,10 @@ class ContainerSpec:
     def fingerprint(self) -> str:
         """A short hash of the whole spec, to tell whether a running instance matches it."""
         # How the image was pulled is not what runs (a login saved again changes nothing).
-        data = json.dumps({**asdict(self), "pull": None}, sort_keys=True, default=str)
+        # Nor where a new /workspace came from (its URL changes at each start).
+        data = json.dumps(
+            {**asdict(self), "pull": None, "workspace_from": None}, sort_keys=True, default=str
+        )
         return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 

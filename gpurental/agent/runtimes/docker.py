@@ -594,8 +594,8 @@ class DockerRuntime:
         """A container that never runs, with the volume at /v: the engine reads and writes
         its files through it (GET and PUT /containers/{id}/archive), with no process of
         ours inside, and no network."""
-        if not name.startswith("gpurental-vol-"):
-            raise RuntimeFailure(f"{name!r} is not a customer's volume")
+        if not name.startswith(("gpurental-vol-", "gpurental-ws-")):
+            raise RuntimeFailure(f"{name!r} is not a customer's volume or workspace")
         with _engine_errors(f"make a helper container for volume {name}"):
             return self.client.containers.create(
                 image,
@@ -645,6 +645,9 @@ class DockerRuntime:
         labels = {LABEL_VOLUME: volume_id, LABEL_MANAGED: "true"}
         if self.host_name:
             labels[LABEL_HOST] = self.host_name
+        self._unpack(name, labels, image, tar_file)
+
+    def _unpack(self, name: str, labels: dict, image: str, tar_file) -> None:
         with _engine_errors(f"create volume {name}"):
             self.client.volumes.create(name, labels=labels)
         helper = self._helper(name, image, read_only=False)
@@ -707,6 +710,34 @@ class DockerRuntime:
             # as they are, or makes it.
             self.client.volumes.create(name, labels=instance_labels(instance_id, self.host_name))
 
+    def _restore_workspace(self, spec: ContainerSpec, progress: Progress) -> None:
+        """A new instance's /workspace from a snapshot (its ``workspace_from``), once: when
+        the host has no workspace for it yet. The download's digest is checked first."""
+        from gpurental.agent.volumesnap import fetch_verified  # it reads this module
+
+        name = volume_name(spec.instance_id)
+        with _engine_errors(f"look up volume {name}"):
+            try:
+                self.client.volumes.get(name)
+                return  # made before: the snapshot went in then
+            except docker.errors.NotFound:
+                pass
+        url, sha256 = spec.workspace_from
+        progress("restoring /workspace from its snapshot")
+        try:
+            with fetch_verified(url, sha256) as tar:
+                labels = instance_labels(spec.instance_id, self.host_name)
+                try:
+                    self._unpack(name, labels, spec.image, tar)
+                except BaseException:
+                    with contextlib.suppress(docker.errors.APIError):
+                        self.client.volumes.get(name).remove(force=True)
+                    raise
+        except (ValueError, requests.exceptions.RequestException) as exc:
+            raise RuntimeFailure(
+                f"/workspace could not be restored from its snapshot: {exc}"
+            ) from exc
+
     def _ensure_customer_volumes(self, spec: ContainerSpec) -> None:
         for name, _path, volume_id in spec.volumes:
             with _engine_errors(f"create volume {name}"):
@@ -721,6 +752,8 @@ class DockerRuntime:
                 f"the Hugging Face cache {spec.hf_cache_dir} does not exist on this host; "
                 "create it or unset the host's model cache setting"
             )
+        if spec.workspace_from is not None:
+            self._restore_workspace(spec, progress)
         self._ensure_volume(spec.instance_id)
         self._ensure_customer_volumes(spec)
         progress(f"creating container from {spec.image}")

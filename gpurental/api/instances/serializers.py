@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -312,9 +313,31 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
         "host; each must not be held by an instance that has not ended",
     )
 
+    workspace_from = serializers.CharField(
+        max_length=64,
+        required=False,
+        help_text="A ready snapshot of another instance's /workspace (/api/v1/snapshots/, by "
+        "id or name): this one's starts with its files, on whatever host it lands on",
+    )
+
     def validate_image(self, value: str) -> ResolvedImage:
         request = self.context.get("request")
         return launch_image_resolved(value, account=account_of(request) if request else None)
+
+    def validate_workspace_from(self, value: str):
+        from gpurental.volumes.models import Snapshot, SnapshotStatus
+        from gpurental.volumes.services import is_uuid
+
+        request = self.context.get("request")
+        mine = Snapshot.objects.filter(account=account_of(request), instance__isnull=False).exclude(
+            status=SnapshotStatus.DELETED
+        )
+        found = mine.filter(pk=value).first() if is_uuid(value) else mine.filter(name=value).first()
+        if found is None:
+            raise serializers.ValidationError(
+                _("you have no workspace snapshot %(ref)s") % {"ref": value}
+            )
+        return found
 
     def launch_kwargs(self) -> dict:
         data = self.validated_data
@@ -324,6 +347,7 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "image_alias": data["image"].alias,
             "image_ref": data["image"].reference,
             "volumes": [(v["volume"], v["mount_path"]) for v in data.get("volumes") or []],
+            "workspace_from": data.get("workspace_from"),
             "hf_model": data.get("model", "").strip(),
             "name": data.get("name", ""),
             "mount_model_cache": data.get("model_repo") == "huggingface",

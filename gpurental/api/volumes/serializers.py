@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from gpurental.api.fields import CurrencyField, StorageMonthlyField
@@ -66,14 +67,28 @@ class VolumeCreateSerializer(serializers.Serializer):
     )
 
 
+class VolumeResizeSerializer(serializers.Serializer):
+    size_gb = serializers.IntegerField(
+        min_value=1, max_value=16384, help_text="Larger than now: a volume never shrinks"
+    )
+
+
 class VolumeMountSerializer(serializers.Serializer):
     volume = serializers.CharField(max_length=64, help_text="The volume's id or name")
     mount_path = serializers.CharField(max_length=200, required=False, default="/data")
 
 
 class SnapshotSerializer(serializers.ModelSerializer):
-    volume = serializers.UUIDField(source="volume_id", read_only=True)
-    volume_name = serializers.CharField(source="volume.name", read_only=True)
+    volume = serializers.UUIDField(
+        source="volume_id", read_only=True, allow_null=True, help_text="The snapshotted volume"
+    )
+    instance = serializers.UUIDField(
+        source="instance_id",
+        read_only=True,
+        allow_null=True,
+        help_text="Or the instance whose /workspace it holds (launch with workspace_from)",
+    )
+    source_name = serializers.CharField(read_only=True, help_text="What it is a snapshot of")
     monthly_cost = StorageMonthlyField(
         StoredKind.SNAPSHOT, lambda snapshot: gb_of(snapshot.size_bytes)
     )
@@ -85,7 +100,8 @@ class SnapshotSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "volume",
-            "volume_name",
+            "instance",
+            "source_name",
             "status",
             "status_reason",
             "size_bytes",
@@ -99,10 +115,22 @@ class SnapshotSerializer(serializers.ModelSerializer):
 
 
 class SnapshotCreateSerializer(serializers.Serializer):
-    volume = serializers.CharField(max_length=64, help_text="The volume's id or name")
+    volume = serializers.CharField(
+        max_length=64, required=False, help_text="The volume's id or name (or instance)"
+    )
+    instance = serializers.UUIDField(
+        required=False, help_text="Or a stopped instance, for its /workspace"
+    )
     name = serializers.CharField(
         max_length=63, help_text="Lowercase letters, digits, '.', '_', '-'"
     )
+
+    def validate(self, data):
+        if ("volume" in data) == ("instance" in data):
+            raise serializers.ValidationError(
+                {"volume": [_("name a volume or an instance, not both nor neither")]}
+            )
+        return data
 
 
 class SnapshotRestoreSerializer(serializers.Serializer):

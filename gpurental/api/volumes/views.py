@@ -16,6 +16,7 @@ from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import OwnedMixin
 from gpurental.api.volumes import serializers as s
 from gpurental.fleet.selectors import host_named
+from gpurental.rentals.models import Instance
 from gpurental.teams.acting import account_of
 from gpurental.volumes import snapshots
 from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
@@ -25,6 +26,7 @@ from gpurental.volumes.services import (
     volume_create,
     volume_delete,
     volume_detach,
+    volume_resize,
 )
 
 
@@ -92,6 +94,27 @@ class VolumeViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
+        summary="Make a volume larger (never smaller); billed at the new size from now",
+        request=s.VolumeResizeSerializer,
+        responses={200: s.VolumeSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def resize(self, request, pk=None):
+        form = s.VolumeResizeSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            volume = volume_resize(
+                volume=self.get_object(),
+                size_gb=form.validated_data["size_gb"],
+                actor=request.user,
+            )
+        except VolumeRefused as exc:
+            raise ValidationError({exc.field: [exc.message]}) from exc
+        return Response(s.VolumeSerializer(volume).data)
+
+    @extend_schema(
         summary="Take a volume from the stopped instance that holds it (the next launch on "
         "its host may mount it; that instance starts again without it)",
         request=None,
@@ -131,11 +154,15 @@ class SnapshotViewSet(
 
     def get_queryset(self):
         return (
-            super().get_queryset().exclude(status=SnapshotStatus.DELETED).select_related("volume")
+            super()
+            .get_queryset()
+            .exclude(status=SnapshotStatus.DELETED)
+            .select_related("volume", "instance")
         )
 
     @extend_schema(
-        summary="Snapshot a volume (free, or its instance stopped) into the object storage",
+        summary="Snapshot a volume (free, or its instance stopped), or a stopped instance's "
+        "/workspace, into the object storage",
         request=s.SnapshotCreateSerializer,
         responses={201: s.SnapshotSerializer},
         parameters=[IDEMPOTENCY_KEY],
@@ -146,15 +173,29 @@ class SnapshotViewSet(
         form.is_valid(raise_exception=True)
         data = form.validated_data
         account = account_of(request)
-        ref = data["volume"]
-        mine = Volume.objects.filter(account=account).exclude(status=VolumeStatus.DELETED)
-        volume = mine.filter(pk=ref).first() if is_uuid(ref) else mine.filter(name=ref).first()
-        if volume is None:
-            raise ValidationError({"volume": [_("you have no volume %(ref)s") % {"ref": ref}]})
         try:
-            snapshot = snapshots.snapshot_create(
-                volume=volume, name=data["name"], actor=request.user
-            )
+            if "instance" in data:
+                instance = Instance.objects.filter(user=account, pk=data["instance"]).first()
+                if instance is None:
+                    raise ValidationError(
+                        {"instance": [_("you have no instance %(id)s") % {"id": data["instance"]}]}
+                    )
+                snapshot = snapshots.workspace_snapshot_create(
+                    instance=instance, name=data["name"], actor=request.user
+                )
+            else:
+                ref = data["volume"]
+                mine = Volume.objects.filter(account=account).exclude(status=VolumeStatus.DELETED)
+                volume = (
+                    mine.filter(pk=ref).first() if is_uuid(ref) else mine.filter(name=ref).first()
+                )
+                if volume is None:
+                    raise ValidationError(
+                        {"volume": [_("you have no volume %(ref)s") % {"ref": ref}]}
+                    )
+                snapshot = snapshots.snapshot_create(
+                    volume=volume, name=data["name"], actor=request.user
+                )
         except VolumeRefused as exc:
             raise _refused(exc) from exc
         return Response(s.SnapshotSerializer(snapshot).data, status=status.HTTP_201_CREATED)

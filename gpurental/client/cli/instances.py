@@ -113,6 +113,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             name=args.name,
             idle_stop_minutes=args.idle_stop,
             volumes=_volume_mounts(args.volume),
+            workspace_from=args.workspace_from,
         )
         if instance.raw.get("image_alias") and not args.json:
             # The article's "pytorch-2.1" and the like: say which image it stands for.
@@ -270,6 +271,12 @@ def add_commands(command: AddCommand) -> None:
         action="append",
         metavar="NAME[:PATH]",
         help="mount your volume at PATH (default /data); the instance runs on its host",
+    )
+    p.add_argument(
+        "--workspace-from",
+        metavar="SNAPSHOT",
+        help="start with the files of a snapshot of another instance's /workspace "
+        "(gpurental snapshot-create INSTANCE NAME --instance)",
     )
     p.add_argument(
         "--model-repo", choices=["huggingface"], help="mount the host's shared model cache"

@@ -98,9 +98,19 @@ def add_commands(command: AddCommand) -> None:
     remove = command("volume-delete", cmd_volume_delete, "delete a volume and its data, for good")
     remove.add_argument("volume", help="its name or id")
     command("snapshots", cmd_snapshots, "your volumes' snapshots in the object storage")
-    snap = command("snapshot-create", cmd_snapshot_create, "snapshot a volume into the storage")
+    snap = command(
+        "snapshot-create",
+        cmd_snapshot_create,
+        "snapshot a volume, or a stopped instance's /workspace (--instance), into the storage",
+    )
     snap.add_argument("volume", help="its name or id (free, or its instance stopped)")
     snap.add_argument("name")
+    snap.add_argument(
+        "--instance",
+        action="store_true",
+        help="the first argument is a stopped instance: snapshot its /workspace (then "
+        "gpurental launch … --workspace-from NAME)",
+    )
     snap.add_argument(
         "--no-wait", dest="wait", action="store_false", help="return at once, while it uploads"
     )
@@ -116,6 +126,9 @@ def add_commands(command: AddCommand) -> None:
     )
     drop = command("snapshot-delete", cmd_snapshot_delete, "delete a snapshot, for good")
     drop.add_argument("snapshot", help="its name or id")
+    grow = command("volume-resize", cmd_volume_resize, "make a volume larger (never smaller)")
+    grow.add_argument("volume", help="its name or id")
+    grow.add_argument("--size", type=int, required=True, metavar="GB")
     detach = command(
         "volume-detach",
         cmd_volume_detach,
@@ -225,9 +238,9 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
         say("No snapshots; make one with: gpurental snapshot-create VOLUME NAME")
     else:
         table(
-            ["NAME", "VOLUME", "STATUS", "SIZE", "PER MONTH"],
+            ["NAME", "OF", "STATUS", "SIZE", "PER MONTH"],
             [
-                [s.name, s.volume_name, s.status, _size(s.size_bytes), _per_month(s)]
+                [s.name, s.source_name, s.status, _size(s.size_bytes), _per_month(s)]
                 for s in snapshots
             ],
         )
@@ -236,14 +249,21 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
 
 def cmd_snapshot_create(args: argparse.Namespace) -> int:
     with logged_in_client() as client:
-        snapshot = client.snapshots.create(args.volume, args.name, wait=args.wait)
+        if args.instance:
+            snapshot = client.snapshots.create_workspace(args.volume, args.name, wait=args.wait)
+        else:
+            snapshot = client.snapshots.create(args.volume, args.name, wait=args.wait)
     if args.json:
         print_json(snapshot.raw)
     elif snapshot.status == "ready":
+        then = (
+            f"gpurental launch … --workspace-from {snapshot.name}"
+            if snapshot.instance
+            else f"gpurental snapshot-restore {snapshot.name} --host HOST --name NEW"
+        )
         say(
-            f"Snapshot {snapshot.name} of {snapshot.volume_name} is in the storage "
-            f"({_size(snapshot.size_bytes)}); restore it with: gpurental snapshot-restore "
-            f"{snapshot.name} --host HOST --name NEW"
+            f"Snapshot {snapshot.name} of {snapshot.source_name} is in the storage "
+            f"({_size(snapshot.size_bytes)}); use it with: {then}"
         )
     else:
         say(f"Snapshot {snapshot.name}: {snapshot.status}")
@@ -273,6 +293,16 @@ def cmd_snapshot_delete(args: argparse.Namespace) -> int:
         print_json({"deleted": args.snapshot})
     else:
         say(f"Deleted snapshot {args.snapshot}")
+    return OK
+
+
+def cmd_volume_resize(args: argparse.Namespace) -> int:
+    with logged_in_client() as client:
+        volume = client.volumes.resize(args.volume, args.size)
+    if args.json:
+        print_json(volume.raw)
+    else:
+        say(f"Volume {volume.name} is {volume.size_gb} GB now")
     return OK
 
 

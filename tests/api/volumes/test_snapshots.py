@@ -59,7 +59,7 @@ def test_a_snapshot_is_uploaded_by_its_host_then_restored_on_another(
     created = post(URL, {"volume": "data", "name": "before-training"})
     assert created.status_code == 201, created.content
     body = created.json()
-    assert body["status"] == "saving" and body["volume_name"] == "data"
+    assert body["status"] == "saving" and body["source_name"] == "data"
     [message] = sent
     assert message["task"] == "volume_snapshot" and message["queue"] == "host.node1"
     assert message["volume"] == volume.docker_name
@@ -161,3 +161,52 @@ def test_another_customer_sees_none_and_a_delete_removes_the_object(
     snapshot.refresh_from_db()
     assert snapshot.status == "deleted"
     assert s3.list_objects_v2(Bucket="snapshots", Prefix=snapshot.object_key)["KeyCount"] == 0
+
+
+def test_a_stopped_instance_s_workspace_snapshot_starts_a_new_instance_anywhere(
+    snapshots_on, hosts, post, as_alice, alice, a100, image, sent
+):
+    node1, _ = hosts
+    instance = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    refused = post(URL, {"instance": str(instance.pk), "name": "ws"})
+    assert "stop it first" in assert_error(refused, 400, "invalid", field="instance")["message"]
+    lc.instance_stop(instance=instance)
+    lc.instance_report_stopped(instance_id=str(instance.pk))
+    both = post(URL, {"instance": str(instance.pk), "volume": "x", "name": "ws"})
+    assert_error(both, 400, "invalid", field="volume")
+    sent.clear()
+    created = post(URL, {"instance": str(instance.pk), "name": "ws"})
+    assert created.status_code == 201, created.content
+    assert created.json()["instance"] == str(instance.pk) and created.json()["volume"] is None
+    [message] = sent
+    assert (
+        message["task"] == "volume_snapshot" and message["volume"] == f"gpurental-ws-{instance.pk}"
+    )
+    snapshot = Snapshot.objects.get()
+    host = instance.host
+    host.token = node1.token if host == node1 else hosts[1].token
+    report(host, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=1024, sha256=DIGEST)
+    snapshot.refresh_from_db()
+    assert snapshot.status == "ready"
+    # A workspace snapshot is not a volume's: no restore into a volume.
+    error = assert_error(
+        post(f"{URL}{snapshot.pk}/restore/", {"host": "node2", "name": "v"}),
+        400,
+        "invalid",
+        field="snapshot",
+    )
+    assert "workspace_from" in error["message"]
+
+    sent.clear()
+    launched = post(
+        "/api/v1/instances/",
+        {"gpu_model": "a100", "image": image.slug, "workspace_from": "ws"},
+    )
+    assert launched.status_code == 201, launched.content
+    [start] = sent
+    assert start["spec"]["workspace_from"]["sha256"] == DIGEST
+    assert start["spec"]["workspace_from"]["url"].startswith(f"{snapshots_on['endpoint']}/")
+    unknown = post(
+        "/api/v1/instances/", {"gpu_model": "a100", "image": image.slug, "workspace_from": "nope"}
+    )
+    assert_error(unknown, 400, "invalid", field="workspace_from")

@@ -217,3 +217,31 @@ def test_a_volume_is_detached_from_a_stopped_instance_for_the_next_launch(
     lc.instance_terminate(instance=Instance.objects.get(pk=second.json()["id"]))
     lc.instance_start(instance=first)
     assert "volumes" not in container_spec(Instance.objects.get(pk=first.pk))
+
+
+def test_a_volume_grows_and_is_charged_at_its_old_size_up_to_then(as_alice, two_hosts, alice):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gpurental.storage.models import StorageCharge
+
+    created = as_alice.post(URL, {"name": "data", "size_gb": 20, "host": "node1"}, format="json")
+    volume = Volume.objects.get(pk=created.json()["id"])
+    Volume.objects.filter(pk=volume.pk).update(created_at=timezone.now() - timedelta(hours=3))
+    grown = as_alice.post(f"{URL}{volume.pk}/resize/", {"size_gb": 50}, format="json")
+    assert grown.status_code == 200, grown.content
+    assert grown.json()["size_gb"] == 50
+    # The three hours before were charged at 20 GB, up to the resize.
+    charges = StorageCharge.objects.filter(object_id=volume.pk)
+    assert charges and {c.gb for c in charges} == {20}
+    assert VolumeEvent.objects.filter(
+        volume=volume, kind="resized", reason="20 GB → 50 GB"
+    ).exists()
+    shrink = assert_error(
+        as_alice.post(f"{URL}{volume.pk}/resize/", {"size_gb": 10}, format="json"),
+        400,
+        "invalid",
+        field="size_gb",
+    )
+    assert "larger than its 50 GB" in shrink["fields"]["size_gb"][0]

@@ -35,6 +35,7 @@ from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-expor
 from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
 from gpurental.storage import services as storage
 from gpurental.volumes.services import VolumeRefused, volume_attach, volumes_for_launch
+from gpurental.volumes.snapshots import workspace_source_check
 
 # --- customer actions ---------------------------------------------------------
 
@@ -77,6 +78,7 @@ def instance_launch(
     image_alias: str = "",
     image_ref: str = "",
     volumes: list[tuple[str, str]] | None = None,
+    workspace_from=None,
     hf_model: str = "",
     idle_stop_minutes: int | None = None,
     group=None,
@@ -85,6 +87,8 @@ def instance_launch(
 ) -> Instance:
     """Hold GPUs for a new instance and ask the host's agent to start it. A replica of an
     elastic group names its group and role (gpurental/groups/services.py launches them).
+    ``workspace_from``: a snapshot of another instance's /workspace (volumes.snapshots),
+    unpacked into this one's before its first start, on whatever host it lands on.
 
     Raises QuotaExceeded, NoCapacity or RentalError; then nothing is created.
     """
@@ -112,6 +116,8 @@ def instance_launch(
         # Its volumes pin the instance to their host (volumes_for_launch: free, one host).
         try:
             mounts = volumes_for_launch(account=user, wanted=volumes) if volumes else []
+            if workspace_from is not None:
+                workspace_source_check(snapshot=workspace_from, account=user, disk_gb=plan.disk_gb)
         except VolumeRefused as exc:
             raise RentalError(exc.message, field=exc.field) from exc
         instance = Instance.objects.create(
@@ -130,6 +136,7 @@ def instance_launch(
             image_alias=image_alias,
             image_ref=image_ref,
             hf_model=hf_model,
+            workspace_from=workspace_from,
             idle_stop_minutes=plan.idle_stop_minutes
             if idle_stop_minutes is None
             else idle_stop_minutes,
@@ -178,6 +185,8 @@ def instance_launch(
             alias = f"; image {image_ref} " + (
                 "is in this host's cache" if cached else "is pulled from its registry"
             )
+        if workspace_from is not None:
+            model_note += f"; /workspace from snapshot {workspace_from.name}"
         _created(
             instance,
             reason=f"launched on {instance.host.name}, GPUs {gpus}{alias}{model_note}",
