@@ -37,6 +37,7 @@ BENCHES = [
     "nvml_sampler",
     "images",
     "snapshot",
+    "transfer",
 ]
 
 

@@ -138,6 +138,10 @@ class LaunchForm(forms.Form):
         self.fields["workspace_from"].choices = [("", _("a new, empty one"))] + [
             (snap.name, snap.name) for snap in ready
         ]
+        # ?image=pytorch-2.1 (an alias) preselects the image it names.
+        resolved = image_resolve(str(self.initial.get("image", "")))
+        if resolved is not None:
+            self.initial["image"] = resolved.template.slug
 
     def clean_workspace_from(self):
         name = self.cleaned_data.get("workspace_from")
@@ -148,10 +152,6 @@ class LaunchForm(forms.Form):
             .exclude(status=SnapshotStatus.DELETED)
             .first()
         )
-        # ?image=pytorch-2.1 (an alias) preselects the image it names.
-        resolved = image_resolve(str(self.initial.get("image", "")))
-        if resolved is not None:
-            self.initial["image"] = resolved.template.slug
 
     def clean_own_image(self):
         text = self.cleaned_data.get("own_image", "").strip()

@@ -56,6 +56,7 @@ def volumes(request):
             messages.success(request, _("Volume %(name)s created.") % {"name": volume.name})
             return redirect("volumes")
     rows = [(volume, in_use(volume)) for volume in volumes_of(account=account)]
+    snapshots_of = list(_snapshots_of(account))
     return render(
         request,
         "console/volumes.html",
@@ -63,7 +64,10 @@ def volumes(request):
             "form": form,
             "rows": rows,
             "may_operate": not role_refusal(request, roles.OPERATE),
-            "snapshots": _snapshots_of(account),
+            "snapshots": snapshots_of,
+            # Something on its way: the page reloads itself to show the progress.
+            "moving": any(s.status == SnapshotStatus.SAVING for s in snapshots_of)
+            or any(v.status == "restoring" for v, _busy in rows),
             "snapshots_on": snapshots.configured(),
             "hosts": Host.objects.filter(status=HostStatus.ACTIVE).order_by("name"),
         },

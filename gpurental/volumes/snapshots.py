@@ -383,6 +383,15 @@ def _id(value) -> uuid.UUID | None:
         return None
 
 
+def _progress_text(data: dict) -> str:
+    """What a progress report says, for the console and the API ("uploading, 42 %")."""
+    percent = data.get("percent")
+    text = str(data.get("message", ""))[:400]
+    if isinstance(percent, int | float) and 0 <= percent <= 100:
+        text += f", {percent:.0f} %"
+    return text
+
+
 def _snapshot_report(host: Host, kind: str, data: dict, now: datetime) -> None:
     with transaction.atomic():
         snapshot = (
@@ -395,7 +404,7 @@ def _snapshot_report(host: Host, kind: str, data: dict, now: datetime) -> None:
             return  # another host's, or late
         volume = snapshot.volume  # None for a workspace's: its own status says it all
         if kind == "progress":
-            snapshot.status_reason = str(data.get("message", ""))[:500]
+            snapshot.status_reason = _progress_text(data)
             snapshot.save(update_fields=["status_reason"])
         elif kind == "snapshotted":
             size, digest = data.get("size_bytes"), str(data.get("sha256", ""))
@@ -433,7 +442,7 @@ def _restore_report(host: Host, kind: str, data: dict, now: datetime) -> None:
         if volume is None or volume.status != VolumeStatus.RESTORING:
             return
         if kind == "progress":
-            volume.status_reason = str(data.get("message", ""))[:500]
+            volume.status_reason = _progress_text(data)
             volume.save(update_fields=["status_reason"])
         elif kind == "restored":
             volume.status, volume.status_reason = VolumeStatus.AVAILABLE, ""

@@ -111,6 +111,7 @@ def test_snapshot_restore_and_delete_from_the_page(
             reverse("snapshot_create", args=[volume.pk]), {"name": "first"}, follow=True
         ).text
     assert "Snapshot first of data requested" in page and "Saving" in page
+    assert 'http-equiv="refresh"' in page  # the progress shows as it goes
     assert sent[-1]["task"] == "volume_snapshot"
     snapshot = Snapshot.objects.get()
     volume_report_receive(

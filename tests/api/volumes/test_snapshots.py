@@ -210,3 +210,18 @@ def test_a_stopped_instance_s_workspace_snapshot_starts_a_new_instance_anywhere(
         "/api/v1/instances/", {"gpu_model": "a100", "image": image.slug, "workspace_from": "nope"}
     )
     assert_error(unknown, 400, "invalid", field="workspace_from")
+
+
+def test_progress_shows_on_the_snapshot_and_the_restored_volume(snapshots_on, volume, hosts, post):
+    node1, node2 = hosts
+    post(URL, {"volume": "data", "name": "s"})
+    snapshot = Snapshot.objects.get()
+    report(node1, "progress", snapshot_id=str(snapshot.pk), message="uploading", percent=42.4)
+    snapshot.refresh_from_db()
+    assert snapshot.status_reason == "uploading, 42 %"
+    report(node1, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=3, sha256=DIGEST)
+    post(f"{URL}{snapshot.pk}/restore/", {"host": "node2", "name": "copy"})
+    copy = Volume.objects.get(name="copy")
+    report(node2, "progress", volume_id=str(copy.pk), message="downloading", percent=7)
+    copy.refresh_from_db()
+    assert (copy.status, copy.status_reason) == ("restoring", "downloading, 7 %")
