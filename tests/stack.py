@@ -91,21 +91,18 @@ def remove_leftovers(docker_client, host_name: str) -> None:
         volume.remove(force=True)
 
 
-@pytest.fixture
-def agent(control_worker, docker_client, catalog, tmp_path):
+def agent_on_a_new_host(tmp_path, log_name: str = "agent.log", **env) -> AgentProcess:
+    """An agent process on a host of its own name, joined to the test's control plane,
+    once its first heartbeat has listed its (fake) GPUs."""
     host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
-    hf_cache = tmp_path / "hf-cache"
-    (hf_cache / "hub").mkdir(parents=True)
     agent = AgentProcess(
         broker_url=django_settings.CELERY_BROKER_URL,
         host_name=host.name,
         token=token,
-        log_path=tmp_path / "agent.log",
-        GPURENTAL_HF_CACHE_DIR=str(hf_cache),
-        GPURENTAL_DISK_CHECK_INTERVAL="2",
+        log_path=tmp_path / log_name,
         GPURENTAL_READY_TIMEOUT=str(READY_TIMEOUT),
+        **env,
     )
-    agent.hf_cache = hf_cache
     agent.start()
     wait_for(
         lambda: Host.objects.get(pk=host.pk).gpus.count() == 2,
@@ -114,11 +111,33 @@ def agent(control_worker, docker_client, catalog, tmp_path):
         agent,
     )
     agent.host = host
+    return agent
+
+
+@pytest.fixture
+def agent(control_worker, docker_client, catalog, tmp_path):
+    hf_cache = tmp_path / "hf-cache"
+    (hf_cache / "hub").mkdir(parents=True)
+    agent = agent_on_a_new_host(
+        tmp_path,
+        GPURENTAL_HF_CACHE_DIR=str(hf_cache),
+        GPURENTAL_DISK_CHECK_INTERVAL="2",
+    )
+    agent.hf_cache = hf_cache
     yield agent
     # Killed, not stopped: a graceful stop costs a second or more of every test, and what
     # the agent would tidy (its containers, volumes, idle sandboxes) goes here anyway.
     agent.kill()
-    remove_leftovers(docker_client, host.name)
+    remove_leftovers(docker_client, agent.host.name)
+
+
+@pytest.fixture
+def second_agent(agent, docker_client, tmp_path):
+    """Another host's agent on the same engine: where a clone or a move lands."""
+    other = agent_on_a_new_host(tmp_path, "agent2.log")
+    yield other
+    other.kill()
+    remove_leftovers(docker_client, other.host.name)
 
 
 def database_url(settings_dict: dict) -> str:

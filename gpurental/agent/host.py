@@ -200,10 +200,10 @@ class HostAgent:
         self._quietly(self.runtime.stop, spec["instance_id"])
         self.start(spec)
 
-    def stop(self, instance_id: str, keep_container: bool = False) -> None:
+    def stop(self, instance_id: str, keep_container: bool = False, park: bool = False) -> None:
         self.holdings.untrack(instance_id)
         try:
-            self.runtime.stop(instance_id, keep_container=keep_container)
+            self.runtime.stop(instance_id, keep_container=keep_container, park=park)
         except ContainerRuntimeError as exc:
             self.reporter.report(instance_id, "error", action="stop", reason=str(exc))
             raise

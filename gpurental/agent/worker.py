@@ -90,9 +90,12 @@ def _register(app: Celery) -> None:
     )
     def instance_stop(**message) -> None:
         if (payload := _accepted(message)) is not None:
-            # keep_container: a warm replica parked with its container created (groups).
+            # keep_container: the stopped container stays created (it can be saved as an
+            # image); park: its network too (a group's warm replica starts it again).
             _current().stop(
-                payload["instance_id"], keep_container=bool(payload.get("keep_container"))
+                payload["instance_id"],
+                keep_container=bool(payload.get("keep_container")),
+                park=bool(payload.get("park")),
             )
 
     @app.task(

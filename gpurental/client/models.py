@@ -185,7 +185,7 @@ class Instance(_Bound):
         return self._update(self.client._action(self.id, "terminate"))
 
     def save_image(self, name: str, *, wait: bool = True, timeout: float = 1800):
-        """Save this running instance as your image ``name`` (``client.saved_images``);
+        """Save this running or stopped instance as your image ``name`` (``client.saved_images``);
         launch it later, on any host, with ``create_instance(image=saved.reference)``."""
         return self.client.saved_images.save(self, name, wait=wait, timeout=timeout)
 

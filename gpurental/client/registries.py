@@ -124,7 +124,7 @@ class SavedImages:
     def save(
         self, instance: Any, name: str, *, wait: bool = True, timeout: float = 1800
     ) -> SavedImage:
-        """Save a running instance as the image ``name``; with ``wait``, until it is ready
+        """Save a running or stopped instance as the image ``name``; with ``wait``, until it is ready
         (GpuRentalError when it fails, with the host's reason)."""
         image = SavedImage.from_api(
             self._client._request(

@@ -30,7 +30,7 @@ from gpurental.rentals.selectors import (
     instance_gpus,
     reservations_visible_to,
 )
-from gpurental.rentals.services import lifecycle, reservations
+from gpurental.rentals.services import lifecycle, reservations, saving
 from gpurental.rentals.services.reservations import refund_for
 from gpurental.telemetry.selectors import fleet_heatmap, instance_usage
 from gpurental.volumes.snapshots import configured as snapshots_configured
@@ -91,6 +91,7 @@ def instance_context(*, instance: Instance, viewer) -> dict:
             "idle_policy": instance.status
             not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "restart": instance.status == InstanceStatus.RUNNING,
+            "save_image": instance.status in saving.SAVABLE,
             "terminate": instance.status in lifecycle.TERMINABLE,
         },
     }

@@ -534,7 +534,7 @@ def _retire_drained(group: Group, replicas: Replicas, load, now) -> bool:
                 instance=replica,
                 reason="drained: back to the warm pool",
                 now=now,
-                keep_container=True,
+                park=True,
             )
             _set_role(group, replica, "warm", "drained: back to the warm pool", now)
             warm_count += 1
@@ -560,7 +560,7 @@ def _keep_warm_pool(group: Group, replicas: Replicas, now) -> bool:
     for replica in replicas.filling:
         if replica.status == S.RUNNING:  # started once: park it
             lifecycle.instance_stop(
-                instance=replica, reason="parked in the warm pool", now=now, keep_container=True
+                instance=replica, reason="parked in the warm pool", now=now, park=True
             )
             _event(
                 group,

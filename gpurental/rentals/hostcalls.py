@@ -162,8 +162,8 @@ def restart(instance: Instance) -> None:
     _send_spec(instance, protocol.RESTART)
 
 
-def stop(instance: Instance, *, keep_container: bool = False) -> None:
-    stop_id(instance.host, str(instance.id), keep_container=keep_container)
+def stop(instance: Instance, *, park: bool = False) -> None:
+    stop_id(instance.host, str(instance.id), park=park)
 
 
 def remove(instance: Instance) -> None:
@@ -174,12 +174,14 @@ def _send_id(host, task: str, instance_id: str, **extra) -> None:
     hostlink.send(host, task, instance_id=instance_id, **extra)
 
 
-def stop_id(host, instance_id: str, *, keep_container: bool = False) -> None:
-    """Container goes, /workspace stays; with ``keep_container`` the container is only
-    stopped, so that the next start of the same run skips the image and creation steps
-    (a group's warm replica). An agent from before this flag removes it: the next start
-    then creates it again, which is slower but the same."""
-    extra = {"keep_container": True} if keep_container else {}
+def stop_id(host, instance_id: str, *, park: bool = False) -> None:
+    """The container stops and stays created, its filesystem as the customer left it, so
+    that a stopped instance can be saved as an image (its next start replaces it with a
+    fresh one from the image); /workspace stays. ``park`` (a group's warm replica): its
+    network sandbox stays up too, so that the next start of the same run only starts the
+    container. An agent from before ``keep_container`` removes the container: saving the
+    instance then fails with that reason."""
+    extra = {"keep_container": True, **({"park": True} if park else {})}
     _send_id(host, protocol.STOP, instance_id, **extra)
 
 

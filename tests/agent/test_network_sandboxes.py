@@ -136,12 +136,29 @@ def test_removing_or_stopping_an_instance_removes_its_sandbox(runtime, make_spec
     assert runtime.list_instances()[spec.instance_id] == "stopped"
 
 
-def test_a_kept_container_keeps_its_sandbox_and_starts_again_in_it(runtime, make_spec):
+def test_a_stop_that_keeps_the_container_drops_its_sandbox_and_the_next_run_replaces_it(
+    runtime, make_spec
+):
     warm(runtime, make_spec())
     spec = make_spec()
     started = start(runtime, spec)
 
-    runtime.stop(spec.instance_id, keep_container=True)
+    runtime.stop(spec.instance_id, keep_container=True)  # kept to be saved as an image
+
+    assert not exists(runtime, sandboxes.sandbox_name(spec.instance_id))
+    assert runtime.list_instances()[spec.instance_id] == "exited"
+    steps: list[str] = []
+    again = runtime.start(make_spec(instance_id=spec.instance_id), steps.append)  # a new run
+    assert again.container_id != started.container_id
+    assert any("replacing the stopped container" in step for step in steps)
+
+
+def test_a_parked_container_keeps_its_sandbox_and_starts_again_in_it(runtime, make_spec):
+    warm(runtime, make_spec())
+    spec = make_spec()
+    started = start(runtime, spec)
+
+    runtime.stop(spec.instance_id, keep_container=True, park=True)
     assert exists(runtime, sandboxes.sandbox_name(spec.instance_id))
     # As after a reboot: the sandbox is stopped too; the kept container's start starts it.
     runtime.client.api.stop(sandboxes.sandbox_name(spec.instance_id), timeout=0)

@@ -153,7 +153,7 @@ def test_a_bad_name_or_a_stopped_instance_says_why_on_the_instance_page(
     page = client.post(
         reverse("instance_save_image", args=[instance.pk]), {"name": "ok"}, follow=True
     ).text
-    assert "only a running instance can be saved" in page
+    assert "only a running or stopped instance can be saved" in page
     client.force_login(bob)
     assert (
         client.post(reverse("instance_save_image", args=[instance.pk]), {"name": "x"}).status_code

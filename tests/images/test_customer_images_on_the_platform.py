@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from gpurental.accounts.services import api_key_create
+from gpurental.agent.runtimes import sandboxes
 from gpurental.billing.models import Charge
 from gpurental.images.models import HostImage
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
@@ -114,7 +115,18 @@ def test_a_customer_saves_their_instance_as_an_image_and_launches_it_again(
     put(container, a_deb(tmp_path))
     assert run(container, "apt-get install -y /tmp/hello-gpr.deb")[0] == 0
 
-    # ...and saves the instance as an image.
+    # ...stops it to free its GPUs: the stopped container stays on its host, its network
+    # sandbox goes...
+    assert api.post(f"/api/v1/instances/{instance.pk}/stop/").status_code == 200
+    wait_for(
+        lambda: Instance.objects.get(pk=instance.pk).status == S.STOPPED, 60, "the stop", agent
+    )
+    container.reload()
+    assert container.status == "exited"
+    sandbox = sandboxes.sandbox_name(str(instance.pk))
+    assert not docker_client.containers.list(all=True, filters={"name": sandbox})
+
+    # ...and saves the stopped instance as an image.
     saving = api.post(
         f"/api/v1/instances/{instance.pk}/save-image/", {"name": "with-hello"}, format="json"
     )

@@ -114,8 +114,9 @@ def test_stop_then_agent_confirms(running, run, sent, alice):
         "task": "instance_stop",
         "queue": "host.node1",
         "instance_id": str(running.pk),
+        "keep_container": True,
     }
-    assert _open_allocations(running) == 2  # still held until the container is gone
+    assert _open_allocations(running) == 2  # still held until the container has stopped
     run(lc.instance_report_stopped, instance_id=str(running.pk))
     running.refresh_from_db()
     assert running.status == S.STOPPED
@@ -285,29 +286,32 @@ def _gpu_indices(instance):
 
 @pytest.fixture
 def parked(alice, bob, a100, make_host, image, sent, run):
-    """alice's instance on GPUs 2 and 3, stopped with its container kept; 0 and 1 free."""
+    """alice's instance on GPUs 2 and 3, parked (its container and network kept); 0 and 1
+    free."""
     make_host("node1", a100)
     first = run(lc.instance_launch, user=bob, image=image, gpu_model=a100, gpu_count=2)
     instance = run(lc.instance_launch, user=alice, image=image, gpu_model=a100, gpu_count=2)
     run(lc.instance_report_running, instance_id=str(instance.pk), port=4000, container_id="c")
     run(lc.instance_terminate, instance=first, actor=bob)
     assert _gpu_indices(instance) == [2, 3]
-    run(lc.instance_stop, instance=instance, actor=alice, keep_container=True)
+    run(lc.instance_stop, instance=instance, actor=alice, park=True)
     run(lc.instance_report_stopped, instance_id=str(instance.pk))
     instance.refresh_from_db()
     return instance
 
 
-def test_a_stop_that_keeps_the_container_says_so_to_the_agent(parked, sent):
+def test_a_parking_stop_keeps_the_container_and_its_network(parked, sent):
     (stop,) = [m for m in sent if m["task"] == "instance_stop"]
-    assert stop["keep_container"] is True
+    assert (stop["keep_container"], stop["park"]) == (True, True)
     assert parked.status == S.STOPPED and _gpu_indices(parked) == []
 
 
-def test_a_plain_stop_does_not_keep_the_container(running, run, alice, sent):
+def test_a_plain_stop_keeps_the_container_to_be_saved_but_not_its_network(
+    running, run, alice, sent
+):
     run(lc.instance_stop, instance=running, actor=alice)
     (stop,) = [m for m in sent if m["task"] == "instance_stop"]
-    assert "keep_container" not in stop
+    assert stop["keep_container"] is True and "park" not in stop
 
 
 def test_starting_the_same_run_keeps_its_secrets_and_takes_its_gpus_again(parked, run, sent):

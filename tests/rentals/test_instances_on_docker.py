@@ -93,9 +93,11 @@ def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, ali
 
     lc.instance_stop(instance=instance, actor=alice)
     instance = wait_status(instance, S.STOPPED, agent)
-    assert not docker_client.containers.list(
+    # The stopped container is kept (it can be saved as an image) until the next start.
+    [kept] = docker_client.containers.list(
         all=True, filters={"label": f"gpurental.instance={instance.pk}"}, ignore_removed=True
     )
+    assert kept.status == "exited"
     assert docker_client.volumes.get(f"gpurental-ws-{instance.pk}")
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()
 
@@ -105,6 +107,7 @@ def test_launch_stop_start_terminate_on_a_real_docker_engine(agent, catalog, ali
     status, body = jupyter(instance, "/api/contents/kept.txt?content=1", instance.jupyter_token)
     assert status == 200 and json.loads(body)["content"] == "still here"
     container = docker_client.containers.get(f"gpurental-{instance.pk}")
+    assert container.id != kept.id  # a new run: a fresh container from the image
     assert "NVIDIA_VISIBLE_DEVICES=void" in container.attrs["Config"]["Env"]
     assert not container.attrs["HostConfig"]["DeviceRequests"]
     assert not Allocation.objects.filter(instance=instance, period__upper_inf=True).exists()

@@ -322,7 +322,7 @@ def test_draining_host_keeps_its_running_instances(a100, make_host, running_on):
     assert instance.status == S.RUNNING
 
 
-def test_a_warm_replicas_parked_container_is_left_alone(
+def test_a_stopped_instances_kept_container_is_left_alone_and_a_running_one_stopped(
     a100, make_host, running_on, alice, sent, beat
 ):
     from tests.factories import GroupFactory
@@ -339,12 +339,17 @@ def test_a_warm_replicas_parked_container_is_left_alone(
         lc.instance_stop(instance=instance, actor=alice, now=now - timedelta(minutes=4))
         lc.instance_report_stopped(instance_id=str(instance.pk), now=now - timedelta(minutes=4))
     sent.clear()
-    beat(host, at=now, containers={str(warm.pk): "exited", str(plain.pk): "exited"})
-    # The plain instance's leftover goes; the warm replica's kept container stays parked.
-    assert {m["instance_id"]: m["task"] for m in sent} == {str(plain.pk): "instance_stop"}
-    sent.clear()
-    beat(host, at=now + timedelta(seconds=5), containers={str(warm.pk): "running"})
-    assert commands(sent, warm) == ["instance_stop"]  # stopped but running: not parked
+    beat(host, at=now, containers={str(warm.pk): "exited", str(plain.pk): "created"})
+    # Both kept: a warm replica's parked, a plain one's to be saved until its next start.
+    assert sent == []
+    beat(
+        host,
+        at=now + timedelta(seconds=5),
+        containers={str(warm.pk): "running", str(plain.pk): "running"},
+    )
+    # Stopped but running: stopped again, and kept.
+    assert commands(sent, warm) == commands(sent, plain) == ["instance_stop"]
+    assert all(m["keep_container"] is True for m in sent)
 
 
 @pytest.fixture

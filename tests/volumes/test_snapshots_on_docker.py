@@ -93,9 +93,10 @@ def test_a_volume_snapshotted_to_object_storage_restores_into_a_new_volume(
     assert not docker_client.volumes.list(filters={"name": bad.docker_name})
 
 
-def test_a_stopped_instance_s_workspace_starts_a_new_instance_with_its_files(
-    agent, catalog, alice, docker_client, snapshots_on
+def test_a_stopped_instance_s_workspace_starts_a_new_instance_with_its_files_on_another_host(
+    agent, second_agent, catalog, alice, docker_client, snapshots_on
 ):
+    from gpurental.fleet.lifecycle import host_drain
     from gpurental.rentals.models import Instance, InstanceStatus
     from gpurental.rentals.services import lifecycle as lc
     from gpurental.volumes.snapshots import workspace_snapshot_create
@@ -131,9 +132,13 @@ def test_a_stopped_instance_s_workspace_starts_a_new_instance_with_its_files(
     snapshot.refresh_from_db()
     assert snapshot.status == SnapshotStatus.READY, snapshot.status_reason
 
+    # The first host takes no new placements: the clone lands on the other one, whose
+    # agent fetches the snapshot and unpacks it before the container starts.
+    host_drain(host=agent.host)
     clone = lc.instance_launch(
         user=alice, image=image, gpu_model=model, gpu_count=1, workspace_from=snapshot
     )
+    assert clone.host_id == second_agent.host.pk != first.host_id
     code, out = running(clone).exec_run(["cat", "/workspace/model.txt"])
     assert (code, out) == (0, b"trained\n")
     steps = list(clone.events.filter(kind="progress").values_list("step", "reason"))

@@ -17,9 +17,12 @@ One small interface, one adapter per runtime:
                                       without it). Repeating it is harmless. A kept
                                       container made for the very same spec is only
                                       started again (no image or creation step).
-    stop(instance_id, keep_container) the container or process goes; /workspace stays.
-                                      keep_container: stop it but keep it created (a
-                                      group's warm replica; docker only)
+    stop(instance_id, keep_container, park)
+                                      the container or process goes; /workspace stays.
+                                      keep_container: stop it but keep it created, its
+                                      filesystem ready to be saved as an image (docker
+                                      only); park: its network sandbox stays up too (a
+                                      group's warm replica)
     remove(instance_id)               container or process and /workspace go
     list_instances() -> {id: state}   Docker's states ("running", "exited", …), plus
                                       "stopped" for a workspace with nothing running
@@ -209,7 +212,7 @@ class Runtime(Protocol):
 
     def start(self, spec: ContainerSpec, progress: Progress) -> Started: ...
 
-    def stop(self, instance_id: str, keep_container: bool = False) -> None: ...
+    def stop(self, instance_id: str, keep_container: bool = False, park: bool = False) -> None: ...
 
     def remove(self, instance_id: str) -> None: ...
 

@@ -394,8 +394,9 @@ class DockerRuntime:
         container = self._find(instance_id)
         if container is None:
             raise RuntimeFailure(
-                f"instance {instance_id} has no container on this host (a stopped instance "
-                "keeps /workspace only): nothing to save"
+                f"instance {instance_id} has no container on this host (it was stopped "
+                "before stopped containers were kept, or its host removed it): nothing to "
+                "save; start it, then save"
             )
         with _engine_errors(f"commit the container of instance {instance_id}"):
             env = [
@@ -457,7 +458,12 @@ class DockerRuntime:
         if container is not None and not self._matches(container, spec):
             # The control plane's spec is authoritative: a stopped leftover, or a
             # container made for other GPUs or another token, must not be reused.
-            progress("replacing an outdated container (the workspace is kept)")
+            progress(
+                "replacing the stopped container with a fresh one from its image (/workspace "
+                "is kept)"
+                if container.status in _KEPT_STATES
+                else "replacing an outdated container (the workspace is kept)"
+            )
             self._remove_container(container)
             container = None
         check = None
@@ -517,19 +523,23 @@ class DockerRuntime:
             current = self.client.images.get(container.attrs["Config"]["Image"]).id
         return current == container.attrs["Image"]
 
-    def stop(self, instance_id: str, keep_container: bool = False) -> None:
+    def stop(self, instance_id: str, keep_container: bool = False, park: bool = False) -> None:
         container = self._find(instance_id)
         if container is None:
-            if not keep_container:
+            if not park:
                 self.sandboxes.remove_for(instance_id)  # left by a start that failed midway
             return
-        if keep_container:
-            # Parked (a group's warm replica): stopped, still created with its image,
-            # ports and mounts, so that starting it again skips those steps.
-            with _engine_errors(f"stop container {container.name}"):
-                container.stop(timeout=self.stop_timeout_s)
+        if not keep_container:
+            self._remove_container(container)
             return
-        self._remove_container(container)
+        # Kept: stopped, still created with its image, mounts and the customer's changes
+        # to its filesystem, which ``save_image`` commits; a start for another run (new
+        # secrets, other GPUs) replaces it. Parked (a group's warm replica), its network
+        # sandbox stays up as well, so that starting it again skips every step but that.
+        with _engine_errors(f"stop container {container.name}"):
+            container.stop(timeout=self.stop_timeout_s)
+        if not park:
+            self.sandboxes.remove_for(instance_id)
 
     def remove(self, instance_id: str) -> None:
         self.stop(instance_id)

@@ -139,8 +139,9 @@ class ProcessRuntime:
             raise
         return replace(started, ready_s=ready_s)
 
-    def stop(self, instance_id: str, keep_container: bool = False) -> None:
-        # A process cannot be kept created-but-stopped: keep_container changes nothing here.
+    def stop(self, instance_id: str, keep_container: bool = False, park: bool = False) -> None:
+        # A process cannot be kept created-but-stopped: keep_container and park change
+        # nothing here.
         state = self._running_state(instance_id)
         if state is not None:
             self._terminate(instance_id, state["pid"])

@@ -190,7 +190,10 @@ class InstanceViewSet(
         instance = instance_launch(user=account_of(request), **form.launch_kwargs())
         return self._detail(instance, status.HTTP_201_CREATED)
 
-    @_instance_action("Stop: the container goes, the GPUs are released, /workspace stays")
+    @_instance_action(
+        "Stop: the GPUs are released, /workspace stays, and the stopped container stays on "
+        "its host until the next start (it can be saved as an image)"
+    )
     @action(detail=True, methods=["post"])
     @idempotent
     def stop(self, request, pk=None):
@@ -281,7 +284,7 @@ class InstanceViewSet(
 
     @_instance_action("Terminate: remove the instance and its /workspace for good")
     @extend_schema(
-        summary="Save the running instance's container as a private image",
+        summary="Save the running or stopped instance's container as a private image",
         description="Committed on its host (without /workspace: that is the instance's data, "
         "and without the run's secrets) and pushed to the platform's registry; the image is "
         "`saving` until the host reports it `ready` (or `failed`). Launch it on any host with "

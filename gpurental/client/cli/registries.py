@@ -79,7 +79,9 @@ def add_commands(command: AddCommand) -> None:
     logout.add_argument("registry", help="the registry (or the login's id)")
 
     command("saved-images", cmd_saved_images, "your instances saved as images")
-    save = command("save-image", cmd_save_image, "save a running instance as your image NAME")
+    save = command(
+        "save-image", cmd_save_image, "save a running or stopped instance as your image NAME"
+    )
     save.add_argument("id", help="instance id")
     save.add_argument("name", help="lowercase letters, digits, '.', '_' or '-'")
     save.add_argument(
@@ -147,7 +149,7 @@ def cmd_saved_images(args: argparse.Namespace) -> int:
     if args.json:
         print_json([image.raw for image in images])
     elif not images:
-        say("No saved images; save a running instance with: gpurental save-image ID NAME")
+        say("No saved images; save an instance with: gpurental save-image ID NAME")
     else:
         table(
             ["NAME", "STATUS", "SIZE", "PER MONTH", "SAVED", "REFERENCE"],

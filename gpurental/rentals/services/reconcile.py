@@ -36,7 +36,7 @@ from gpurental.rentals.services import lifecycle
 log = logging.getLogger(__name__)
 S = InstanceStatus
 GRACE = timedelta(seconds=2)
-# The states of a container kept stopped for a warm replica (``keep_container``).
+# The states of a stopped instance's container, kept created until its next start.
 PARKED_STATES = ("exited", "created")
 
 
@@ -61,21 +61,20 @@ def host_containers_reconcile(
         )
 
     rows = Instance.objects.filter(pk__in=_uuids(containers)).values_list(
-        "pk", "status", "status_changed_at", "group_role"
+        "pk", "status", "status_changed_at"
     )
-    known = {str(pk): (status, changed, role) for pk, status, changed, role in rows}
+    known = {str(pk): (status, changed) for pk, status, changed in rows}
     for instance_id, state in containers.items():
-        status, changed, role = known.get(instance_id, (None, None, ""))
+        status, changed = known.get(instance_id, (None, None))
         if changed is not None and changed >= settled_before:
             continue  # a transition is under way; the next list decides
-        if status == S.STOPPED and role == "warm" and state in PARKED_STATES:
-            continue  # a group's warm replica, parked with its container kept
         if status == S.TERMINATED:
             log.info("host %s: removing what terminated instance %s left", host.name, instance_id)
             hostcalls.remove_id(host, instance_id)
-        elif status in (None, S.STOPPED, S.FAILED) and state != "stopped":
-            # An unknown instance (a database restored from an older backup, say) is
-            # stopped, never removed: only a terminate removes a /workspace.
+        elif status in (None, S.STOPPED, S.FAILED) and state not in ("stopped", *PARKED_STATES):
+            # A container still running for a stopped instance (or an unknown one: a
+            # database restored from an older backup, say) is stopped, and kept like any
+            # stopped container: only a terminate removes a /workspace.
             log.info(
                 "host %s: stopping leftover container of %s instance %s",
                 host.name,

@@ -33,6 +33,7 @@ from gpurental.rentals.models import Instance, InstanceStatus
 
 log = logging.getLogger(__name__)
 S = SavedImageStatus
+SAVABLE = (InstanceStatus.RUNNING, InstanceStatus.STOPPED)
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
@@ -74,8 +75,8 @@ def image_save_request(
     *, instance: Instance, name: str, actor: User, now: datetime | None = None
 ) -> SavedImage:
     """Ask the instance's host to save its container as the image ``name`` of the
-    instance's account. The instance must be running (a stopped one's container is gone:
-    only /workspace is kept)."""
+    instance's account. The instance is running, or stopped: its stopped container stays
+    on its host until the next start (``instance_stop``), its filesystem as it was."""
     now = now or timezone.now()
     if not settings.PLATFORM_REGISTRY:
         raise ImageRefused(
@@ -89,11 +90,11 @@ def image_save_request(
             .select_related("host")
             .get(pk=instance.pk)
         )
-        if instance.status != InstanceStatus.RUNNING or instance.host is None:
+        if instance.status not in SAVABLE or instance.host is None:
             raise InvalidTransition(
                 _(
-                    "instance %(instance)s is %(status)s: only a running instance can be "
-                    "saved (a stopped one keeps /workspace only); start it, then save"
+                    "instance %(instance)s is %(status)s: only a running or stopped instance "
+                    "can be saved"
                 )
                 % {"instance": instance, "status": instance.get_status_display()}
             )

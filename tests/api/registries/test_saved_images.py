@@ -67,7 +67,9 @@ def test_a_save_asks_the_host_with_the_platform_s_login_sealed_for_it(
     assert AuditEvent.objects.filter(action="saved_image.requested").exists()
 
 
-def test_saving_is_refused_when_off_misnamed_taken_or_not_running(running, alice, settings):
+def test_saving_is_refused_when_off_misnamed_taken_or_neither_running_nor_stopped(
+    running, alice, settings
+):
     with pytest.raises(ImageRefused, match="no PLATFORM_REGISTRY"):
         image_save_request(instance=running, name="x", actor=alice)
     settings.PLATFORM_REGISTRY = REGISTRY
@@ -77,9 +79,11 @@ def test_saving_is_refused_when_off_misnamed_taken_or_not_running(running, alice
     image_save_request(instance=running, name="x", actor=alice)
     with pytest.raises(ImageRefused, match="already have a saved image x"):
         image_save_request(instance=running, name="x", actor=alice)
-    lc.instance_stop(instance=running, actor=alice)
-    with pytest.raises(InvalidTransition, match="only a running instance can be saved"):
+    lc.instance_stop(instance=running, actor=alice)  # stopping: the container is on its way
+    with pytest.raises(InvalidTransition, match="only a running or stopped instance can be"):
         image_save_request(instance=running, name="y", actor=alice)
+    lc.instance_report_stopped(instance_id=str(running.pk))
+    assert image_save_request(instance=running, name="y", actor=alice).status == "saving"
 
 
 def test_the_host_s_reports_move_it_to_ready_or_failed_and_nobody_else_s_count(

@@ -300,10 +300,11 @@ def instance_stop(
     actor: User | None = None,
     reason: str = "",
     now: datetime | None = None,
-    keep_container: bool = False,
+    park: bool = False,
 ):
-    """Stop: billing ends, the GPUs go back, /workspace stays. ``keep_container``: the
-    agent keeps the stopped container (a group's warm replica), for ``instance_start``
+    """Stop: billing ends, the GPUs go back, /workspace stays, and the stopped container
+    stays on its host until the next start, so that it can be saved as an image.
+    ``park`` (a group's warm replica): its network stays up too, for ``instance_start``
     with ``same_run``."""
     now = now or timezone.now()
     with transaction.atomic():
@@ -325,7 +326,7 @@ def instance_stop(
                 actor=actor,
                 **billing,
             )
-            hostcalls.stop(instance, keep_container=keep_container)
+            hostcalls.stop(instance, park=park)
         else:
             # The host is silent: nothing to wait for. When it returns, its container is
             # stopped (never removed) by reconciliation.
@@ -356,7 +357,7 @@ def instance_start(
     NO_GPU_MEMORY_GB, billed at the plan's ``no_gpu_hourly_rate``, to reach or copy out its
     data while its GPUs are taken; the next start without it takes GPUs again.
 
-    ``same_run`` (a group's warm replica, parked with ``keep_container``): keep the run's
+    ``same_run`` (a group's warm replica, stopped with ``park``): keep the run's
     secrets and take the same GPUs when they are free, so that the start spec is the one
     the kept container was made for and the agent only starts it. Links and cookies of
     the last run stay valid then; a group's replicas are reached through its endpoint,
