@@ -158,8 +158,8 @@ IMAGE_SAVE = "gpurental.agent.image_save"
 # Remove a deleted volume's data (gpurental/volumes/): {"volume": "gpurental-vol-<id>"}.
 VOLUME_REMOVE = "gpurental.agent.volume_remove"
 # A volume's files to and from the operator's object storage (gpurental/volumes/snapshots.py):
-# {"snapshot_id", "volume", "helper_image", "sealed"} with the presigned upload URL sealed
-# ({"object_url"}) for the host; {"volume_id", "volume", "sha256", "helper_image", "sealed"}
+# {"snapshot_id", "volume", "helper_image", "sealed"} with a presigned multipart upload
+# sealed ({"upload": {"part_size", "parts", "complete", "abort"}}) for the host; {"volume_id", "volume", "sha256", "helper_image", "sealed"}
 # with the download URL to restore one into a new volume. VOLUME_REPORT's kinds out.
 VOLUME_SNAPSHOT = "gpurental.agent.volume_snapshot"
 VOLUME_RESTORE = "gpurental.agent.volume_restore"
@@ -226,8 +226,9 @@ class SpecRefused(ValueError):
 # A spec's secrets travel only inside its "sealed" field: "token" (JupyterLab's) always,
 # "ssh_host_key" (the private key of the container's sshd) when it has SSH,
 # "registry_auth" ({"username", "password", "serveraddress"}) for a customer's image from
-# a registry the account saved a login for.
-SPEC_SECRETS = ("token", "ssh_host_key", "registry_auth", "object_url")
+# a registry the account saved a login for. Outside a spec, the same seal carries a
+# snapshot's presigned URLs: "object_url" (a download), "upload" (a multipart upload).
+SPEC_SECRETS = ("token", "ssh_host_key", "registry_auth", "object_url", "upload")
 
 
 def spec_seal(key: bytes, secrets: dict) -> str:

@@ -460,6 +460,9 @@ SNAPSHOT_S3_ENDPOINT_URL = os.environ.get("SNAPSHOT_S3_ENDPOINT_URL", "")  # emp
 SNAPSHOT_S3_REGION = os.environ.get("SNAPSHOT_S3_REGION", "us-east-1")
 SNAPSHOT_S3_ACCESS_KEY_ID = os.environ.get("SNAPSHOT_S3_ACCESS_KEY_ID", "")
 SNAPSHOT_S3_SECRET_ACCESS_KEY = os.environ.get("SNAPSHOT_S3_SECRET_ACCESS_KEY", "")
+# A snapshot goes up as a multipart upload in parts of at least this many MiB (S3 takes 5 at
+# the least); larger volumes get larger parts, so that no upload needs over 1,000 of them.
+SNAPSHOT_PART_MB = int(os.environ.get("SNAPSHOT_PART_MB", "64"))
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
 # --- Host acceptance benchmark (gpurental/acceptance/; README "Reading the acceptance report") ---
 # A host takes placements only when every compared figure is at least this fraction of nominal.

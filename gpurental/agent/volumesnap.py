@@ -1,8 +1,9 @@
 """A volume's files to and from the operator's object storage (``protocol.VOLUME_SNAPSHOT``,
 ``VOLUME_RESTORE``): the runtime tars or untars the volume through the engine; this moves
-the tar over the presigned URL the control plane sealed for this host, checks its SHA-256,
-and reports how it went (``protocol.VOLUME_KINDS``). The tar waits in a temporary file
-($TMPDIR) between the engine and the storage: S3 takes an upload of a known length."""
+the tar over the presigned URLs the control plane sealed for this host (an upload in parts,
+then its completion; its abort on a failure), checks its SHA-256, and reports how it went
+(``protocol.VOLUME_KINDS``). The tar waits in a temporary file ($TMPDIR) between the engine
+and the storage: S3 takes parts of a known length."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import hashlib
 import logging
 import tempfile
 import time
+from xml.sax.saxutils import escape
 
 import requests
 
@@ -45,29 +47,88 @@ def _runtime_method(agent, name: str):
     return method
 
 
-def _url(agent, payload: dict) -> str:
-    secrets = protocol.secrets_open(agent.reporter.keys.spec, payload.get("sealed", ""))
-    url = str(secrets.get("object_url", ""))
+def _secrets(agent, payload: dict) -> dict:
+    return protocol.secrets_open(agent.reporter.keys.spec, payload.get("sealed", ""))
+
+
+def _checked_url(url) -> str:
+    url = str(url or "")
     if not url.startswith(("https://", "http://")):
         raise ValueError("no object storage URL came with the request")
     return url
 
 
-class _Upload:
-    """The tar file as a request body of a known length (S3 refuses chunked uploads),
-    reporting progress as it is read."""
+def _url(agent, payload: dict) -> str:
+    return _checked_url(_secrets(agent, payload).get("object_url"))
 
-    def __init__(self, f, size: int, progress) -> None:
-        self.f, self.size, self.progress, self.done = f, size, progress, 0
+
+class _Part:
+    """``length`` bytes of the tar file from where it stands, as a request body of a known
+    length (S3 refuses chunked uploads), counting what is read into ``sent``."""
+
+    def __init__(self, f, length: int, sent: list[int], progress, total: int) -> None:
+        self.f, self.left, self.sent, self.progress, self.total = f, length, sent, progress, total
+        self.length = length
 
     def __len__(self) -> int:
-        return self.size
+        return self.length
 
     def read(self, n: int = -1) -> bytes:
-        chunk = self.f.read(CHUNK if n is None or n < 0 else n)
-        self.done += len(chunk)
-        self.progress("uploading", self.done, self.size)
+        want = self.left if n is None or n < 0 else min(n, self.left)
+        chunk = self.f.read(min(want, CHUNK))
+        self.left -= len(chunk)
+        self.sent[0] += len(chunk)
+        self.progress("uploading", self.sent[0], self.total)
         return chunk
+
+
+def upload(tar, size: int, plan: dict, progress) -> None:
+    """The first ``size`` bytes of ``tar`` up in parts over the plan's presigned URLs
+    (``volumes.snapshots._upload_urls``), then the upload completed; aborted on a failure,
+    so that no part is left to be paid for."""
+    part_size, urls = int(plan.get("part_size") or 0), list(plan.get("parts") or [])
+    complete, abort = _checked_url(plan.get("complete")), _checked_url(plan.get("abort"))
+    try:
+        if part_size <= 0 or not urls:
+            raise ValueError("the upload came without its parts")
+        needed = max(1, -(-size // part_size))
+        if needed > len(urls):
+            raise ValueError(
+                f"the snapshot is {size / 1024**3:.2f} GB, more than the "
+                f"{len(urls) * part_size / 1024**3:.2f} GB its upload was planned for: the "
+                "volume holds more than its size"
+            )
+        sent, etags = [0], []
+        for number in range(1, needed + 1):
+            tar.seek((number - 1) * part_size)
+            length = min(part_size, size - (number - 1) * part_size)
+            body = _Part(tar, length, sent, progress, size)
+            answer = requests.put(_checked_url(urls[number - 1]), data=body, timeout=TIMEOUT)
+            if answer.status_code >= 300 or not answer.headers.get("ETag"):
+                raise ValueError(
+                    f"the object storage refused part {number} of {needed}: HTTP "
+                    f"{answer.status_code} {answer.text[:300]}"
+                )
+            etags.append(answer.headers["ETag"])
+        parts = "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(etag)}</ETag></Part>"
+            for n, etag in enumerate(etags, 1)
+        )
+        answer = requests.post(
+            complete,
+            data=f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode(),
+            timeout=TIMEOUT,
+        )
+        # S3 may answer a completion 200 and put its error in the body.
+        if answer.status_code >= 300 or b"<Error>" in answer.content:
+            raise ValueError(
+                f"the object storage refused to complete the upload: HTTP "
+                f"{answer.status_code} {answer.text[:300]}"
+            )
+    except (ValueError, requests.RequestException):
+        with contextlib.suppress(requests.RequestException):
+            requests.delete(abort, timeout=TIMEOUT)
+        raise
 
 
 def volume_snapshot_command(agent, payload: dict) -> None:
@@ -75,7 +136,9 @@ def volume_snapshot_command(agent, payload: dict) -> None:
     report = agent.reporter.volume
     try:
         archive = _runtime_method(agent, "volume_archive")
-        url = _url(agent, payload)
+        plan = _secrets(agent, payload).get("upload")
+        if not isinstance(plan, dict):
+            raise ValueError("no object storage upload came with the request")
         progress = _Progress(report, snapshot_id=snapshot_id)
         with tempfile.TemporaryFile(prefix="gpurental-snapshot-") as tar:
             archive(str(payload.get("volume", "")), str(payload.get("helper_image", "")), tar)
@@ -84,13 +147,7 @@ def volume_snapshot_command(agent, payload: dict) -> None:
             digest = hashlib.sha256()
             while chunk := tar.read(CHUNK):
                 digest.update(chunk)
-            tar.seek(0)
-            answer = requests.put(url, data=_Upload(tar, size, progress), timeout=TIMEOUT)
-            if answer.status_code >= 300:
-                raise ValueError(
-                    f"the object storage refused the upload: HTTP {answer.status_code} "
-                    f"{answer.text[:300]}"
-                )
+            upload(tar, size, plan, progress)
     except (
         ContainerRuntimeError,
         protocol.SpecRefused,

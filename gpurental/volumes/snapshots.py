@@ -3,11 +3,14 @@ restorable to a new volume on any host (which is how a customer's data moves to 
 host).
 
 The control plane holds the storage's keys (``SNAPSHOT_S3_*``); a host never does. For
-each upload or download it presigns one URL for one object and sends it, sealed for that
-host, with the command (``protocol.VOLUME_SNAPSHOT``, ``VOLUME_RESTORE``). The agent tars
-the volume through the Docker Engine (a helper container that never runs), PUTs it, and
-reports its size and SHA-256; a restore GETs it, checks the digest and unpacks it into the
-new volume (``protocol.VOLUME_KINDS``). A snapshot is taken of a volume no running
+each upload or download it presigns URLs for one object and sends them, sealed for that
+host, with the command (``protocol.VOLUME_SNAPSHOT``, ``VOLUME_RESTORE``). An upload is a
+multipart upload (S3 takes at most 5 GiB in one PUT): the control plane starts it and
+presigns enough parts for the most the volume can hold, plus its completion and its
+abort. The agent tars the volume through the Docker Engine (a helper container that never
+runs), PUTs the parts it needs, completes the upload, and reports its size and SHA-256
+(a failure aborts it); a restore GETs it, checks the digest and unpacks it into the new
+volume (``protocol.VOLUME_KINDS``). A snapshot is taken of a volume no running
 instance holds (free, or its instance stopped), so that its files are at rest."""
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from gpurental.accounts.services import audit_record
 from gpurental.fleet import hostlink
 from gpurental.fleet.hostlink import refuse_message
 from gpurental.fleet.models import Host, HostStatus
+from gpurental.volumes import objectstore
 from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
 from gpurental.volumes.services import (
     ENDED,
@@ -40,7 +44,7 @@ from gpurental.volumes.services import (
 )
 
 GB = 1024**3
-URL_EXPIRES_S = 6 * 3600  # a 5 GiB upload at 1 MB/s still fits
+URL_EXPIRES_S = objectstore.URL_EXPIRES_S
 
 
 def configured() -> bool:
@@ -65,6 +69,35 @@ def _url(method: str, key: str) -> str:
         Params={"Bucket": settings.SNAPSHOT_S3_BUCKET, "Key": key},
         ExpiresIn=URL_EXPIRES_S,
     )
+
+
+def _upload_urls(key: str, size_gb: int) -> dict:
+    """A multipart upload of ``key`` started, and its URLs presigned: enough parts for a
+    tar of a full ``size_gb`` (its headers, and a volume over its size by the time it is
+    stopped, counted in), its completion and its abort."""
+    most = int(size_gb * GB * 1.25) + GB
+    try:
+        return objectstore.presign_upload(
+            s3_client(),
+            settings.SNAPSHOT_S3_BUCKET,
+            key,
+            most_bytes=most,
+            part_min_bytes=settings.SNAPSHOT_PART_MB * objectstore.MiB,
+        )
+    except objectstore.TooLarge as exc:
+        raise VolumeRefused(
+            _(
+                "a snapshot of up to %(gb).0f GB is more than the object storage takes in one "
+                "upload (%(parts)s parts of 5 GiB)"
+            )
+            % {"gb": most / GB, "parts": objectstore.PARTS_PLANNED},
+            field="volume",
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - botocore's errors, and a storage that is down
+        raise VolumeRefused(
+            _("the object storage refused to start the upload: %(why)s") % {"why": exc},
+            field="volume",
+        ) from exc
 
 
 def _helper_image(host: Host) -> str:
@@ -127,7 +160,13 @@ def snapshot_create(
                 field="volume",
             )
         snapshot = _snapshot(
-            volume.account, name, volume.host, volume.docker_name, now, volume=volume
+            volume.account,
+            name,
+            volume.host,
+            volume.docker_name,
+            volume.size_gb,
+            now,
+            volume=volume,
         )
         _event(volume, "snapshot", f"snapshot {name} requested", actor=actor, now=now)
         audit_record(action="snapshot.created", actor=actor, obj=snapshot)
@@ -168,6 +207,7 @@ def workspace_snapshot_create(
             name,
             instance.host,
             f"gpurental-ws-{instance.pk}",
+            instance.plan.disk_gb,
             now,
             instance=instance,
         )
@@ -176,7 +216,7 @@ def workspace_snapshot_create(
 
 
 def _snapshot(
-    account, name: str, host: Host, docker_name: str, now: datetime, **source
+    account, name: str, host: Host, docker_name: str, size_gb: int, now: datetime, **source
 ) -> Snapshot:
     """The snapshot row (under the caller's lock), and the host asked to upload it."""
     if Snapshot.objects.filter(
@@ -204,7 +244,7 @@ def _snapshot(
             volume=docker_name,
             helper_image=helper,
             sealed=hostlink.seal_secrets(
-                host, {"object_url": _url("put_object", snapshot.object_key)}
+                host, {"upload": _upload_urls(snapshot.object_key, size_gb)}
             ),
         )
     )

@@ -1,5 +1,5 @@
-"""Snapshots over the API, without a host: what the control plane asks (a presigned URL
-sealed for the volume's host), what it makes of the host's reports, restores into a new
+"""Snapshots over the API, without a host: what the control plane asks (a presigned
+multipart upload sealed for the volume's host), what it makes of the host's reports, restores into a new
 volume on another host, refusals that name the field, and nobody else's snapshots.
 tests/volumes/test_snapshots_on_docker.py runs the host's side for real."""
 
@@ -47,9 +47,12 @@ def report(host, kind, **data):
     volume_report_receive(message=signed(host, kind=kind, data=data), now=timezone.now())
 
 
+def sealed(host, message) -> dict:
+    return protocol.secrets_open(hostlink.keys_of(host.keys_sealed).spec, message["sealed"])
+
+
 def object_url(host, message) -> str:
-    key = hostlink.keys_of(host.keys_sealed).spec
-    return protocol.secrets_open(key, message["sealed"])["object_url"]
+    return sealed(host, message)["object_url"]
 
 
 def test_a_snapshot_is_uploaded_by_its_host_then_restored_on_another(
@@ -63,9 +66,13 @@ def test_a_snapshot_is_uploaded_by_its_host_then_restored_on_another(
     [message] = sent
     assert message["task"] == "volume_snapshot" and message["queue"] == "host.node1"
     assert message["volume"] == volume.docker_name
-    url = object_url(node1, message)
-    assert url.startswith(f"{snapshots_on['endpoint']}/snapshots/snapshots/")
-    assert "Signature=" in url and "operator-secret" not in url  # presigned, no key
+    upload = sealed(node1, message)["upload"]
+    # A 20 GB volume: parts of 64 MiB (SNAPSHOT_PART_MB) for up to 26 GB of tar.
+    assert upload["part_size"] == 64 * 1024**2 and len(upload["parts"]) == 416
+    for url in (*upload["parts"][:2], upload["complete"], upload["abort"]):
+        assert url.startswith(f"{snapshots_on['endpoint']}/snapshots/snapshots/")
+        assert "Signature=" in url and "operator-secret" not in url  # presigned, no key
+    assert "partNumber=2" in upload["parts"][1] and "uploadId=" in upload["complete"]
 
     snapshot = Snapshot.objects.get()
     report(node2, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=5, sha256=DIGEST)
@@ -225,3 +232,24 @@ def test_progress_shows_on_the_snapshot_and_the_restored_volume(snapshots_on, vo
     report(node2, "progress", volume_id=str(copy.pk), message="downloading", percent=7)
     copy.refresh_from_db()
     assert (copy.status, copy.status_reason) == ("restoring", "downloading, 7 %")
+
+
+def test_an_upload_is_planned_in_parts_that_grow_rather_than_multiply():
+    from gpurental.volumes.objectstore import MiB, TooLarge, upload_plan
+
+    assert upload_plan(10 * MiB, 64 * MiB) == (64 * MiB, 1)
+    assert upload_plan(26 * 1024**3 + 1, 64 * MiB) == (64 * MiB, 417)
+    part, count = upload_plan(4 * 1024**4, 64 * MiB)  # 4 TiB: 1,000 parts of ~4.1 GiB
+    assert count == 1000 and part % MiB == 0 and part * count >= 4 * 1024**4
+    with pytest.raises(TooLarge):
+        upload_plan(6 * 1024**4, 64 * MiB)  # parts over 5 GiB
+
+
+def test_a_volume_too_large_for_one_object_is_refused_naming_the_field(
+    snapshots_on, hosts, post, as_alice
+):
+    assert as_alice.post("/api/v1/volumes/", {"name": "huge", "size_gb": 8000, "host": "node1"})
+    refused = post(URL, {"volume": "huge", "name": "all"})
+    error = assert_error(refused, 400, "invalid", field="volume")
+    assert "more than the object storage takes in one upload" in error["fields"]["volume"][0]
+    assert not Snapshot.objects.exists()
