@@ -17,7 +17,7 @@ from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.fleet import hostlink
 from gpurental.fleet.models import Host, HostStatus
-from gpurental.volumes.models import Volume, VolumeEvent, VolumeStatus
+from gpurental.volumes.models import SnapshotStatus, Volume, VolumeEvent, VolumeStatus
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 MAX_SIZE_GB = 16384
@@ -154,6 +154,16 @@ def volume_delete(*, volume: Volume, actor: User, now: datetime | None = None) -
                     "instance": volume.instance,
                     "status": volume.instance.status,
                 },
+                field="volume",
+            )
+        saving = volume.snapshots.filter(status=SnapshotStatus.SAVING).first()
+        if saving is not None:
+            raise VolumeRefused(
+                _(
+                    "volume %(name)s is being saved as snapshot %(snapshot)s; once it is ready "
+                    "or failed, delete it"
+                )
+                % {"name": volume.name, "snapshot": saving.name},
                 field="volume",
             )
         volume.status, volume.deleted_at = VolumeStatus.DELETED, now

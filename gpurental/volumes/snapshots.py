@@ -202,6 +202,11 @@ def workspace_snapshot_create(
             raise VolumeRefused(
                 _("an instance on a dedicated host keeps its /workspace there"), field="instance"
             )
+        if instance.group_id is not None:
+            raise VolumeRefused(
+                _("a group's replica is managed by its group: snapshot a volume instead"),
+                field="instance",
+            )
         snapshot = _snapshot(
             instance.user,
             name,
@@ -249,6 +254,13 @@ def _snapshot(
         )
     )
     return snapshot
+
+
+def snapshot_saving(*, instance=None, volume: Volume | None = None) -> Snapshot | None:
+    """The snapshot of the instance's /workspace or of the volume that its host is taking
+    now, if any: until it is ready or failed, those files must stay as they are."""
+    source = {"instance": instance} if instance is not None else {"volume": volume}
+    return Snapshot.objects.filter(status=SnapshotStatus.SAVING, **source).first()
 
 
 def workspace_source_url(snapshot: Snapshot) -> str:

@@ -5,7 +5,9 @@ link goes down is unreachable, then running again with its files when the link r
 
 Each "host" is a namespace ``gprh<i>-…`` with 10.214.<i>.2, linked by a veth pair to
 10.214.<i>.1 in the root namespace, where the test forwards its broker and where Docker
-publishes that host's JupyterLab ports.
+publishes that host's JupyterLab ports. The rest of 10.214.0.0/16 is routed over the same
+link (the root namespace's other link addresses, such as the object storage's forward on
+10.214.1.1), never to another host's namespace.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class NetnsHost:
         sh(*run, "ip", "addr", "add", f"{self.own_ip}/24", "dev", self.inner)
         sh(*run, "ip", "link", "set", self.inner, "up")
         sh(*run, "ip", "link", "set", "lo", "up")
+        sh(*run, "ip", "route", "add", "10.214.0.0/16", "via", self.root_ip)
 
     def link(self, state: str) -> None:
         sh("ip", "link", "set", self.outer, state)
@@ -118,6 +121,18 @@ def fleet(control_worker, docker_client, catalog, tmp_path):
             proxy.close()
             netns.down()
             remove_leftovers(docker_client, agent.host.name)
+
+
+@pytest.fixture
+def fleet_snapshots(fleet, snapshots_on, settings):
+    """The test object storage (moto, on 127.0.0.1) forwarded on 10.214.1.1, which every
+    host reaches over its own link; the control plane presigns URLs for that address."""
+    target = urlsplit(snapshots_on["endpoint"])
+    proxy = TcpProxy((fleet[0].netns.root_ip, 0), (target.hostname, target.port)).start()
+    host, port = proxy.address
+    settings.SNAPSHOT_S3_ENDPOINT_URL = f"http://{host}:{port}"
+    yield proxy
+    proxy.close()
 
 
 def wait_status(instance, status, agents, timeout=90) -> Instance:
@@ -204,6 +219,7 @@ def test_three_hosts_in_their_own_namespaces(fleet, catalog, alice, bob, docker_
 
 def test_an_own_image_saved_on_one_host_runs_on_another_with_a_volume_that_outlives_both(
     fleet,
+    fleet_snapshots,
     catalog,
     alice,
     registry,
@@ -215,13 +231,27 @@ def test_an_own_image_saved_on_one_host_runs_on_another_with_a_volume_that_outli
 ):
     """Issue 30's "done when": a customer pushes their own image and launches it with its
     GPUs; as root in it, installs a package; saves it; launches the saved image on a second
-    host with a volume; the volume's data survives terminating both instances."""
+    host with a volume; the volume's data survives terminating both instances. Then both
+    the first instance's /workspace and the volume move to the third host through the
+    object storage (snapshots, each host uploading or downloading over its own link)."""
     from gpurental.images.models import SavedImage
     from gpurental.images.services import registry_credential_save
     from gpurental.rentals.services.saving import image_save_request
+    from gpurental.volumes.models import Snapshot, Volume
     from gpurental.volumes.services import volume_create
+    from gpurental.volumes.snapshots import (
+        snapshot_create,
+        volume_restore,
+        workspace_snapshot_create,
+    )
     from tests.agent.test_root_in_container import a_deb, put, run
     from tests.stack import REGISTRY_USERS
+
+    def ready(snapshot):
+        wait_for(lambda: Snapshot.objects.get(pk=snapshot.pk).status != "saving", 60, "a snapshot")
+        snapshot.refresh_from_db()
+        assert snapshot.status == "ready", snapshot.status_reason
+        return snapshot
 
     model, template = catalog
     settings.CUSTOM_IMAGE_TEMPLATE = template.slug
@@ -243,6 +273,7 @@ def test_an_own_image_saved_on_one_host_runs_on_another_with_a_volume_that_outli
     assert run(container, "id -u")[1] == "0"
     put(container, a_deb(tmp_path))
     assert run(container, "apt-get install -y /tmp/hello-gpr.deb")[0] == 0
+    assert run(container, "echo notes > /workspace/notes.txt")[0] == 0
 
     saved = image_save_request(instance=first, name="with-hello", actor=alice)
     wait_for(
@@ -269,20 +300,37 @@ def test_an_own_image_saved_on_one_host_runs_on_another_with_a_volume_that_outli
     assert run(container, "hello-gpr") == (0, "hello from a package")  # in the saved image
     assert run(container, "echo trained > /data/result.txt")[0] == 0
 
+    # The first stops; its /workspace goes to the object storage from its host.
+    lc.instance_stop(instance=first, actor=alice)
+    wait_status(first, S.STOPPED, fleet)
+    workspace = workspace_snapshot_create(instance=first, name="first-ws", actor=alice)
+    ready(workspace)  # until then, the instance is not terminated (its files are read)
     for instance in (first, second):
         lc.instance_terminate(instance=instance, actor=alice)
     for instance in (first, second):
         wait_status(instance, S.TERMINATED, fleet)
 
-    # Both gone; the volume and its data are not: the next instance on its host has them.
+    # Both gone; the volume and its data are not: snapshotted from its host, restored on
+    # the third, where a new instance starts with both the volume and the /workspace.
+    results = ready(snapshot_create(volume=volume, name="results-1", actor=alice))
+    third_host = next(a.host for a in fleet if a.host.pk not in (first.host_id, other_host.pk))
+    copy = volume_restore(snapshot=results, host=third_host, name="results-3", actor=alice)
+    wait_for(
+        lambda: Volume.objects.get(pk=copy.pk).status != "restoring", 60, "the volume's restore"
+    )
+    copy.refresh_from_db()
+    assert copy.status == "available", copy.status_reason
     third = lc.instance_launch(
         user=alice,
         image=template,
         gpu_model=model,
         gpu_count=1,
-        volumes=[(str(volume.pk), "/results")],
+        volumes=[(str(copy.pk), "/results")],
+        workspace_from=workspace,
     )
     third = wait_status(third, S.RUNNING, fleet)
+    assert third.host_id == third_host.pk
     container = docker_client.containers.get(f"gpurental-{third.pk}")
     assert run(container, "cat /results/result.txt") == (0, "trained")
+    assert run(container, "cat /workspace/notes.txt") == (0, "notes")
     lc.instance_terminate(instance=third, actor=alice)

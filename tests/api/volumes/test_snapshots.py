@@ -190,6 +190,11 @@ def test_a_stopped_instance_s_workspace_snapshot_starts_a_new_instance_anywhere(
         message["task"] == "volume_snapshot" and message["volume"] == f"gpurental-ws-{instance.pk}"
     )
     snapshot = Snapshot.objects.get()
+    # While its host reads the files, they stay as they are: no start, no terminate.
+    for action in ("start", "terminate"):
+        busy = as_alice.post(f"/api/v1/instances/{instance.pk}/{action}/")
+        error = assert_error(busy, 409, "invalid_state", field="status")
+        assert "while its /workspace is being saved as snapshot ws" in error["message"]
     host = instance.host
     host.token = node1.token if host == node1 else hosts[1].token
     report(host, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=1024, sha256=DIGEST)
@@ -219,10 +224,16 @@ def test_a_stopped_instance_s_workspace_snapshot_starts_a_new_instance_anywhere(
     assert_error(unknown, 400, "invalid", field="workspace_from")
 
 
-def test_progress_shows_on_the_snapshot_and_the_restored_volume(snapshots_on, volume, hosts, post):
+def test_progress_shows_on_the_snapshot_and_the_restored_volume(
+    snapshots_on, volume, hosts, post, as_alice
+):
     node1, node2 = hosts
     post(URL, {"volume": "data", "name": "s"})
     snapshot = Snapshot.objects.get()
+    busy = as_alice.delete(f"/api/v1/volumes/{volume.pk}/")
+    assert (
+        "being saved as snapshot s" in assert_error(busy, 400, "invalid", field="volume")["message"]
+    )
     report(node1, "progress", snapshot_id=str(snapshot.pk), message="uploading", percent=42.4)
     snapshot.refresh_from_db()
     assert snapshot.status_reason == "uploading, 42 %"
@@ -253,3 +264,18 @@ def test_a_volume_too_large_for_one_object_is_refused_naming_the_field(
     error = assert_error(refused, 400, "invalid", field="volume")
     assert "more than the object storage takes in one upload" in error["fields"]["volume"][0]
     assert not Snapshot.objects.exists()
+
+
+def test_a_group_replica_s_workspace_is_left_to_its_group(
+    snapshots_on, hosts, post, alice, a100, image
+):
+    from tests.factories import GroupFactory
+
+    replica = lc.instance_launch(user=alice, image=image, gpu_model=a100, gpu_count=1)
+    lc.instance_stop(instance=replica)
+    lc.instance_report_stopped(instance_id=str(replica.pk))
+    replica.group, replica.group_role = GroupFactory(user=alice), "warm"
+    replica.save(update_fields=["group", "group_role"])
+    refused = post(URL, {"instance": str(replica.pk), "name": "ws"})
+    error = assert_error(refused, 400, "invalid", field="instance")
+    assert "managed by its group" in error["message"] and not Snapshot.objects.exists()

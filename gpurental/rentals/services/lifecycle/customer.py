@@ -35,7 +35,7 @@ from gpurental.rentals.services.lifecycle.base import (  # noqa: F401 - re-expor
 from gpurental.rentals.services.scheduling import gpus_allocate, gpus_release
 from gpurental.storage import services as storage
 from gpurental.volumes.services import VolumeRefused, volume_attach, volumes_for_launch
-from gpurental.volumes.snapshots import workspace_source_check
+from gpurental.volumes.snapshots import snapshot_saving, workspace_source_check
 
 # --- customer actions ---------------------------------------------------------
 
@@ -378,6 +378,7 @@ def instance_start(
             return instance
         if instance.status != S.STOPPED:
             _refuse(instance, "start", {S.STOPPED})
+        _refuse_while_snapshotting(instance, _("start"))
         # Its workspace was charged as storage while stopped: up to now, before it goes.
         storage.workspace_settle(instance=instance, now=now)
         if without_gpus:
@@ -618,6 +619,18 @@ def instance_restart(
     return instance
 
 
+def _refuse_while_snapshotting(instance: Instance, action: str) -> None:
+    if (snapshot := snapshot_saving(instance=instance)) is not None:
+        raise InvalidTransition(
+            _(
+                "cannot %(action)s instance %(instance)s while its /workspace is being saved as "
+                "snapshot %(name)s; once it is ready or failed, try again"
+            )
+            % {"action": action, "instance": instance, "name": snapshot.name},
+            field="status",
+        )
+
+
 def instance_terminate(
     *,
     instance: Instance,
@@ -632,6 +645,7 @@ def instance_terminate(
         instance = _lock(instance)
         if instance.status in (S.TERMINATING, S.TERMINATED):
             return instance
+        _refuse_while_snapshotting(instance, _("terminate"))
         reason = reason or (f"terminated by {actor}" if actor else "terminated")
         storage.workspace_settle(instance=instance, now=now)  # if stopped: charged up to now
         # Billing ends now for a run under way (also one stopped mid-restart).
