@@ -415,6 +415,20 @@ def object_storage():
 
 
 @pytest.fixture
+def object_storage_s3(object_storage):
+    """A boto3 client of the test object storage, with the operator's keys."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=object_storage["endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id=object_storage["aws_access_key_id"],
+        aws_secret_access_key=object_storage["aws_secret_access_key"],
+    )
+
+
+@pytest.fixture
 def snapshots_on(object_storage, settings):
     """The platform's snapshots in the test object storage."""
     settings.SNAPSHOT_S3_BUCKET = object_storage["bucket"]

@@ -30,13 +30,29 @@ def upload_plan(most_bytes: int, part_min_bytes: int) -> tuple[int, int]:
     return part, max(1, -(-most_bytes // part))
 
 
+def url_lifetime(most_bytes: int) -> int:
+    """Seconds the presigned URLs of an upload of at most ``most_bytes`` live: 6 h, or as
+    long as it takes at ``SLOWEST_BYTES_S``, at most 7 days."""
+    return min(URL_EXPIRES_MAX_S, max(URL_EXPIRES_S, most_bytes // SLOWEST_BYTES_S))
+
+
+def abort_uploads(s3, bucket: str, key: str) -> int:
+    """Abort whatever multipart uploads of ``key`` are unfinished (their parts are paid
+    for until then); how many."""
+    uploads = s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", [])
+    for upload in uploads:
+        if upload["Key"] == key:
+            s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload["UploadId"])
+    return len([u for u in uploads if u["Key"] == key])
+
+
 def presign_upload(s3, bucket: str, key: str, *, most_bytes: int, part_min_bytes: int) -> dict:
     """Start a multipart upload of ``key`` and presign its parts, its completion and its
     abort: {"part_size", "parts": [url, …], "complete", "abort"} (what
     ``gpurental.agent.volumesnap.upload`` takes)."""
     part, count = upload_plan(most_bytes, part_min_bytes)
     upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-    expires = min(URL_EXPIRES_MAX_S, max(URL_EXPIRES_S, most_bytes // SLOWEST_BYTES_S))
+    expires = url_lifetime(most_bytes)
     params = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
 
     def sign(method: str, **more) -> str:

@@ -15,8 +15,9 @@ instance holds (free, or its instance stopped), so that its files are at rest.""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 
 from django.conf import settings
@@ -71,11 +72,16 @@ def _url(method: str, key: str) -> str:
     )
 
 
+def _most_bytes(size_gb: int) -> int:
+    """The largest tar of a full ``size_gb`` (its headers, and a volume over its size by
+    the time it is stopped, counted in)."""
+    return int(size_gb * GB * 1.25) + GB
+
+
 def _upload_urls(key: str, size_gb: int) -> dict:
-    """A multipart upload of ``key`` started, and its URLs presigned: enough parts for a
-    tar of a full ``size_gb`` (its headers, and a volume over its size by the time it is
-    stopped, counted in), its completion and its abort."""
-    most = int(size_gb * GB * 1.25) + GB
+    """A multipart upload of ``key`` started, and its URLs presigned: enough parts for the
+    largest tar of ``size_gb``, its completion and its abort."""
+    most = _most_bytes(size_gb)
     try:
         return objectstore.presign_upload(
             s3_client(),
@@ -505,3 +511,85 @@ def _restore_report(host: Host, kind: str, data: dict, now: datetime) -> None:
             volume.status, volume.status_reason = VolumeStatus.FAILED, reason
             volume.save(update_fields=["status", "status_reason"])
             _event(volume, "restore_failed", reason, now=now)
+
+
+def transfers_expire(*, now: datetime) -> dict[str, int]:
+    """Snapshots still saving and volumes still restoring that can no longer finish: their
+    presigned URLs have expired, or their host has been silent for ``HOST_LOST_AFTER``.
+    They fail with that reason, so that an instance or a volume a snapshot held is free
+    again (a snapshot's unfinished upload is aborted; a restoring volume's host removes
+    what it unpacked, when it answers)."""
+    lost_before = now - timedelta(seconds=settings.HOST_LOST_AFTER)
+    failed = {"snapshots": 0, "restores": 0}
+    saving = Snapshot.objects.filter(status=SnapshotStatus.SAVING).select_related(
+        "volume__host", "instance__host", "instance__plan"
+    )
+    for snapshot in saving:
+        source = snapshot.volume or snapshot.instance
+        size_gb = snapshot.volume.size_gb if snapshot.volume else snapshot.instance.plan.disk_gb
+        why = _why_stuck(
+            source.host,
+            snapshot.created_at,
+            objectstore.url_lifetime(_most_bytes(size_gb)),
+            lost_before,
+            now,
+        )
+        if why and _snapshot_fail(snapshot.pk, why, now):
+            failed["snapshots"] += 1
+            with contextlib.suppress(Exception):  # the storage's own lifecycle rule is the backstop
+                objectstore.abort_uploads(
+                    s3_client(), settings.SNAPSHOT_S3_BUCKET, snapshot.object_key
+                )
+    restoring = Volume.objects.filter(status=VolumeStatus.RESTORING).select_related("host")
+    for volume in restoring:
+        why = _why_stuck(volume.host, volume.created_at, URL_EXPIRES_S, lost_before, now)
+        if why and _restore_fail(volume.pk, why, now):
+            failed["restores"] += 1
+    return failed
+
+
+def _why_stuck(host: Host, since: datetime, lifetime_s: int, lost_before, now) -> str:
+    if now - since > timedelta(seconds=lifetime_s):
+        return (
+            f"host {host.name} did not finish within {lifetime_s // 3600} h, while its "
+            "presigned URLs were valid"
+        )
+    if host.last_heartbeat_at is not None and host.last_heartbeat_at < lost_before:
+        return f"host {host.name} went silent at {host.last_heartbeat_at:%Y-%m-%d %H:%M} UTC"
+    return ""
+
+
+def _snapshot_fail(snapshot_id, why: str, now: datetime) -> bool:
+    with transaction.atomic():
+        snapshot = (
+            Snapshot.objects.select_for_update(of=("self",))
+            .select_related("volume")
+            .filter(pk=snapshot_id, status=SnapshotStatus.SAVING)
+            .first()
+        )
+        if snapshot is None:
+            return False  # its report came meanwhile
+        snapshot.status, snapshot.status_reason = SnapshotStatus.FAILED, why
+        snapshot.save(update_fields=["status", "status_reason"])
+        if snapshot.volume is not None:
+            _event(snapshot.volume, "snapshot_failed", f"snapshot {snapshot.name}: {why}", now=now)
+    return True
+
+
+def _restore_fail(volume_id, why: str, now: datetime) -> bool:
+    with transaction.atomic():
+        volume = (
+            Volume.objects.select_for_update()
+            .select_related("host")
+            .filter(pk=volume_id, status=VolumeStatus.RESTORING)
+            .first()
+        )
+        if volume is None:
+            return False
+        volume.status, volume.status_reason = VolumeStatus.FAILED, why
+        volume.save(update_fields=["status", "status_reason"])
+        _event(volume, "restore_failed", why, now=now)
+        transaction.on_commit(
+            partial(hostlink.send, volume.host, protocol.VOLUME_REMOVE, volume=volume.docker_name)
+        )
+    return True

@@ -9,7 +9,7 @@ from django.utils import timezone
 from gpurental import protocol
 from gpurental.celery_app import app
 from gpurental.fleet.hostlink import MessageRefused
-from gpurental.volumes.snapshots import volume_report_receive
+from gpurental.volumes.snapshots import transfers_expire, volume_report_receive
 
 log = logging.getLogger(__name__)
 
@@ -21,3 +21,9 @@ def volume_report(**message) -> None:
         volume_report_receive(message=message, now=timezone.now())
     except MessageRefused as exc:
         log.warning("%s", exc)
+
+
+@app.task(name="gpurental.volumes.tasks.transfers_expire", time_limit=300, soft_time_limit=270)
+def expire_transfers() -> dict[str, int]:
+    """Snapshots and restores that can no longer finish fail, with the reason."""
+    return transfers_expire(now=timezone.now())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import tempfile
 
-import boto3
 import pytest
 
 from gpurental.agent.volumesnap import upload
@@ -16,14 +15,8 @@ from gpurental.volumes.objectstore import MiB, presign_upload
 
 
 @pytest.fixture
-def s3(object_storage):
-    return boto3.client(
-        "s3",
-        endpoint_url=object_storage["endpoint"],
-        region_name="us-east-1",
-        aws_access_key_id=object_storage["aws_access_key_id"],
-        aws_secret_access_key=object_storage["aws_secret_access_key"],
-    )
+def s3(object_storage_s3):
+    return object_storage_s3
 
 
 @contextlib.contextmanager

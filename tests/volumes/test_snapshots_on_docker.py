@@ -4,7 +4,6 @@ volume, owners and all; a snapshot whose digest does not match restores nothing.
 
 from __future__ import annotations
 
-import boto3
 import pytest
 
 from gpurental.testing.agent_process import wait_for
@@ -31,7 +30,7 @@ def in_volume(docker_client, volume: Volume, script: str) -> str:
 
 
 def test_a_volume_snapshotted_to_object_storage_restores_into_a_new_volume(
-    agent, alice, docker_client, snapshots_on, settings
+    agent, alice, docker_client, snapshots_on, settings, object_storage_s3
 ):
     settings.SNAPSHOT_PART_MB = 5  # S3's least: 12 MB go up in 3 parts
     host = agent.host
@@ -53,13 +52,7 @@ def test_a_volume_snapshotted_to_object_storage_restores_into_a_new_volume(
     snapshot.refresh_from_db()
     assert snapshot.status == SnapshotStatus.READY, snapshot.status_reason
     assert snapshot.size_bytes > 12_000_000 and len(snapshot.sha256) == 64
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=snapshots_on["endpoint"],
-        region_name="us-east-1",
-        aws_access_key_id=snapshots_on["aws_access_key_id"],
-        aws_secret_access_key=snapshots_on["aws_secret_access_key"],
-    )
+    s3 = object_storage_s3
     head = s3.head_object(Bucket="snapshots", Key=snapshot.object_key)
     assert head["ContentLength"] == snapshot.size_bytes
     assert head["ETag"].endswith('-3"')  # a multipart upload's, of 3 parts

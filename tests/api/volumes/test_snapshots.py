@@ -5,7 +5,6 @@ tests/volumes/test_snapshots_on_docker.py runs the host's side for real."""
 
 from __future__ import annotations
 
-import boto3
 import pytest
 from django.utils import timezone
 
@@ -146,18 +145,12 @@ def test_refusals_name_the_field(snapshots_on, volume, hosts, post, alice, a100,
 
 
 def test_another_customer_sees_none_and_a_delete_removes_the_object(
-    snapshots_on, volume, hosts, post, as_alice, as_bob
+    snapshots_on, volume, hosts, post, as_alice, as_bob, object_storage_s3
 ):
     node1, _ = hosts
     post(URL, {"volume": "data", "name": "s"})
     snapshot = Snapshot.objects.get()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=snapshots_on["endpoint"],
-        region_name="us-east-1",
-        aws_access_key_id=snapshots_on["aws_access_key_id"],
-        aws_secret_access_key=snapshots_on["aws_secret_access_key"],
-    )
+    s3 = object_storage_s3
     s3.put_object(Bucket="snapshots", Key=snapshot.object_key, Body=b"tar")
     report(node1, "snapshotted", snapshot_id=str(snapshot.pk), size_bytes=3, sha256=DIGEST)
     assert as_bob.get(URL).json()["results"] == []
@@ -279,3 +272,67 @@ def test_a_group_replica_s_workspace_is_left_to_its_group(
     refused = post(URL, {"instance": str(replica.pk), "name": "ws"})
     error = assert_error(refused, 400, "invalid", field="instance")
     assert "managed by its group" in error["message"] and not Snapshot.objects.exists()
+
+
+def test_a_snapshot_or_restore_that_can_no_longer_finish_fails_and_frees_what_it_held(
+    snapshots_on,
+    volume,
+    hosts,
+    post,
+    as_alice,
+    sent,
+    django_capture_on_commit_callbacks,
+    object_storage_s3,
+):
+    from datetime import timedelta
+
+    from gpurental.volumes.snapshots import transfers_expire
+
+    node1, node2 = hosts
+    now = timezone.now()
+    post(URL, {"volume": "data", "name": "s"})
+    snapshot = Snapshot.objects.get()
+
+    def beating(at):
+        node1.last_heartbeat_at = at
+        node1.save(update_fields=["last_heartbeat_at"])
+        return at
+
+    assert transfers_expire(now=beating(now + timedelta(hours=5))) == {
+        "snapshots": 0,
+        "restores": 0,
+    }
+    # A 20 GB volume's URLs live 6 h: past them, the upload cannot finish.
+    assert transfers_expire(now=beating(now + timedelta(hours=7))) == {
+        "snapshots": 1,
+        "restores": 0,
+    }
+    snapshot.refresh_from_db()
+    assert snapshot.status == "failed" and "did not finish within 6 h" in snapshot.status_reason
+    s3 = object_storage_s3
+    pending = s3.list_multipart_uploads(Bucket="snapshots", Prefix=snapshot.object_key)
+    assert not pending.get("Uploads")  # its parts aborted
+    assert as_alice.delete(f"/api/v1/volumes/{volume.pk}/").status_code == 204  # free again
+
+    # A restore whose host went silent for HOST_LOST_AFTER fails, and its host is asked to
+    # remove what it unpacked.
+    ready = Snapshot.objects.create(
+        account=snapshot.account,
+        name="r",
+        volume=volume,
+        object_key="snapshots/x.tar",
+        status="ready",
+        size_bytes=3,
+        sha256=DIGEST,
+        ready_at=now,
+    )
+    restored = post(f"{URL}{ready.pk}/restore/", {"host": "node2", "name": "copy"})
+    assert restored.status_code == 201, restored.content
+    node2.last_heartbeat_at = now - timedelta(hours=1)
+    node2.save(update_fields=["last_heartbeat_at"])
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert transfers_expire(now=now) == {"snapshots": 0, "restores": 1}
+    copy = Volume.objects.get(name="copy")
+    assert copy.status == "failed" and "went silent" in copy.status_reason
+    assert [(m["task"], m["volume"]) for m in sent] == [("volume_remove", copy.docker_name)]
