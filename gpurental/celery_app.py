@@ -122,6 +122,11 @@ app.conf.beat_schedule = {
         "schedule": 3600.0,
         "options": {"queue": "control", "expires": 3000},
     },
+    "saved-images-expire": {
+        "task": "gpurental.rentals.tasks.saved_images_expire",
+        "schedule": 600.0,
+        "options": {"queue": "control", "expires": 540},
+    },
     "volumes-transfers-expire": {
         "task": "gpurental.volumes.tasks.transfers_expire",
         "schedule": 600.0,

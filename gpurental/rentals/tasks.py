@@ -12,7 +12,7 @@ from gpurental import protocol
 from gpurental.celery_app import app
 from gpurental.fleet.hostlink import MessageRefused, receive, refuse_message
 from gpurental.rentals.models import Instance
-from gpurental.rentals.services import lifecycle, reservations
+from gpurental.rentals.services import lifecycle, reservations, saving
 from gpurental.rentals.services.reconcile import reconcile_pass
 from gpurental.rentals.services.saving import image_report_receive
 
@@ -134,3 +134,9 @@ def image_report(**message) -> None:
         image_report_receive(message=message, now=timezone.now())
     except MessageRefused as exc:
         log.warning("%s", exc)
+
+
+@app.task(name="gpurental.rentals.tasks.saved_images_expire", time_limit=120, soft_time_limit=100)
+def saved_images_expire() -> int:
+    """Saves as image that can no longer finish fail, with the reason."""
+    return saving.saved_images_expire(now=timezone.now())

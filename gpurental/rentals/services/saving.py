@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -34,6 +34,8 @@ from gpurental.rentals.models import Instance, InstanceStatus
 log = logging.getLogger(__name__)
 S = SavedImageStatus
 SAVABLE = (InstanceStatus.RUNNING, InstanceStatus.STOPPED)
+# A save not done by then has stalled (a commit and push of tens of GB take well under it).
+SAVE_TIMEOUT = timedelta(hours=6)
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
@@ -213,3 +215,27 @@ def saved_image_delete(*, image: SavedImage, actor: User, now: datetime | None =
                 log.warning("saved image %s: %s", image.pk, exc)
         _move(image, S.DELETED, reason=f"deleted{note}", now=now, actor=actor, deleted_at=now)
         audit_record(action="saved_image.deleted", actor=actor, obj=image)
+
+
+def saved_images_expire(*, now: datetime) -> int:
+    """Saves that can no longer finish fail with the reason: not done within
+    ``SAVE_TIMEOUT``, or their host silent for ``HOST_LOST_AFTER``; a failed one can be
+    deleted, and its name taken again. How many."""
+    lost_before = now - timedelta(seconds=settings.HOST_LOST_AFTER)
+    failed = 0
+    saving = SavedImage.objects.filter(status=S.SAVING).select_related("source_instance__host")
+    for image in saving:
+        host = image.source_instance.host if image.source_instance else None
+        if now - image.created_at > SAVE_TIMEOUT:
+            why = f"not saved and pushed within {SAVE_TIMEOUT.seconds // 3600} h"
+        elif host is None or (host.last_heartbeat_at and host.last_heartbeat_at < lost_before):
+            why = f"host {host.name if host else '?'} went silent while saving it"
+        else:
+            continue
+        with transaction.atomic():
+            image = SavedImage.objects.select_for_update().get(pk=image.pk)
+            if image.status != S.SAVING:
+                continue  # its report came meanwhile
+            _move(image, S.FAILED, reason=why, now=now, status_reason=why)
+            failed += 1
+    return failed

@@ -171,3 +171,27 @@ def test_a_report_without_a_saved_image_id_is_refused_and_audited(platform, runn
     with pytest.raises(MessageRefused):
         report(running.host, "saved", saved_image_id="not-a-uuid", size_bytes=1, digest="x")
     assert AuditEvent.objects.filter(action="host.image report_refused").exists()
+
+
+def test_a_save_that_can_no_longer_finish_fails_and_frees_its_name(platform, running, alice):
+    from datetime import timedelta
+
+    from gpurental.rentals.services.saving import saved_images_expire
+
+    now = timezone.now()
+    host = running.host
+    stalled = image_save_request(instance=running, name="slow", actor=alice, now=now)
+    host.last_heartbeat_at = now + timedelta(hours=5)
+    host.save(update_fields=["last_heartbeat_at"])
+    assert saved_images_expire(now=now + timedelta(hours=5)) == 0  # still within its time
+    assert saved_images_expire(now=now + timedelta(hours=7)) == 1
+    stalled.refresh_from_db()
+    assert stalled.status == "failed" and "within 6 h" in stalled.status_reason
+
+    silent = image_save_request(instance=running, name="slow", actor=alice, now=now)
+    host.last_heartbeat_at = now - timedelta(hours=1)  # lost: past HOST_LOST_AFTER
+    host.save(update_fields=["last_heartbeat_at"])
+    assert saved_images_expire(now=now) == 1
+    silent.refresh_from_db()
+    assert silent.status == "failed" and "went silent" in silent.status_reason
+    assert [e.to_status for e in silent.events.all() if e.to_status] == ["saving", "failed"]
