@@ -36,8 +36,18 @@ def _htpasswd(users: dict[str, str]) -> str:
 class Registry:
     """One registry process on ``127.0.0.1:port`` (``address``), storing under ``root``."""
 
-    def __init__(self, root: Path, port: int, *, users: dict[str, str] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        port: int,
+        *,
+        users: dict[str, str] | None = None,
+        token_key: Path | None = None,
+    ):
+        """``users``: logins (htpasswd); ``token_key``: take only tokens signed with this
+        key (``registrytokens``), as the platform's registry does."""
         self.root, self.port, self.users = Path(root), port, users or {}
+        self.token_key = token_key
         self.process: subprocess.Popen | None = None
 
     @property
@@ -60,7 +70,15 @@ class Registry:
             "  headers:",
             "    X-Content-Type-Options: [nosniff]",
         ]
-        if self.users:
+        if self.token_key is not None:
+            from gpurental import registrytokens
+
+            cert = self.root / "token-cert.pem"
+            cert.write_bytes(
+                registrytokens.certificate_pem(registrytokens.key_load(self.token_key))
+            )
+            lines += registrytokens.registry_config(cert)
+        elif self.users:
             (self.root / "htpasswd").write_text(_htpasswd(self.users))
             lines += [
                 "auth:",

@@ -606,8 +606,12 @@ CUSTOM_IMAGE_PULL_TIMEOUT = env_int("CUSTOM_IMAGE_PULL_TIMEOUT", 1800)
 CUSTOM_IMAGE_TEMPLATE = os.environ.get("CUSTOM_IMAGE_TEMPLATE", "jupyter-cpu")
 # The platform's own registry (host[:port], e.g. Debian's docker-registry; make demo starts
 # one on 127.0.0.1:5000), where customers' saved images go; "" = saving images is off.
-# Hosts push and pull there with this login (empty: a registry without logins).
+# With PLATFORM_REGISTRY_TOKEN_KEY (the path of an EC P-256 private key in PEM; `manage.py
+# registry_token_cert` prints the registry's side), a host gets a token for the one
+# repository it pushes or pulls, minutes-long (gpurental/registrytokens.py); without it,
+# hosts push and pull with this login (empty: a registry without logins).
 PLATFORM_REGISTRY = os.environ.get("PLATFORM_REGISTRY", "")
+PLATFORM_REGISTRY_TOKEN_KEY = os.environ.get("PLATFORM_REGISTRY_TOKEN_KEY", "")
 PLATFORM_REGISTRY_USERNAME = os.environ.get("PLATFORM_REGISTRY_USERNAME", "")
 PLATFORM_REGISTRY_PASSWORD = os.environ.get("PLATFORM_REGISTRY_PASSWORD", "")
 # Registry passwords are encrypted under REGISTRY_SECRET_KEY (default SECRET_KEY).

@@ -324,36 +324,45 @@ def web_alone(transactional_db, tmp_path):
 
 # --- the image registry: customers' own images (gpurental/images/) -----------------------
 
-# alice: a customer's own login; platform: the hosts' login to the platform's registry
-# (PLATFORM_REGISTRY_USERNAME), where saved images go.
-REGISTRY_USERS = {"alice": "alice-registry-pw", "platform": "platform-registry-pw"}
+# alice: a customer's own login to her registry.
+REGISTRY_USERS = {"alice": "alice-registry-pw"}
 
 
 @pytest.fixture
-def platform_registry(registry, settings):
-    """The test registry as the platform's own (saved images), with the hosts' login."""
-    settings.PLATFORM_REGISTRY = registry.address
-    settings.PLATFORM_REGISTRY_USERNAME = "platform"
-    settings.PLATFORM_REGISTRY_PASSWORD = REGISTRY_USERS["platform"]
-    return registry
+def platform_registry(token_registry, settings):
+    """The platform's own registry (saved images), taking only tokens signed with the
+    control plane's key, each for one repository (gpurental/registrytokens.py)."""
+    settings.PLATFORM_REGISTRY = token_registry.address
+    settings.PLATFORM_REGISTRY_TOKEN_KEY = str(token_registry.token_key)
+    return token_registry
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory):
-    """Debian's docker-registry on 127.0.0.1, with a login (htpasswd) for alice; one per
-    test process, on a free port."""
-    import socket
-
+def _registry_process(tmp_path_factory, name: str, **options):
     from gpurental import registry as registry_mod
 
     if not registry_mod.available():
         skip_unless_ci("docker-registry is not installed: apt-get install docker-registry")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = registry_mod.Registry(
-        tmp_path_factory.mktemp("registry") / "root", port, users=REGISTRY_USERS
-    ).start()
+    root = tmp_path_factory.mktemp(name) / "root"
+    return registry_mod.Registry(root, _free_port(), **options).start()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """Debian's docker-registry on 127.0.0.1, with a login (htpasswd) for alice: a
+    customer's own registry; one per test process, on a free port."""
+    server = _registry_process(tmp_path_factory, "registry", users=REGISTRY_USERS)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def token_registry(tmp_path_factory):
+    """Another, taking only tokens signed with a key of its own (the platform's)."""
+    from gpurental import registrytokens
+
+    key = tmp_path_factory.mktemp("registry-token") / "key.pem"
+    registrytokens.key_create(key)
+    server = _registry_process(tmp_path_factory, "platform-registry", token_key=key)
     yield server
     server.stop()
 

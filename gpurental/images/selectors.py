@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
+from gpurental import registrytokens
 from gpurental.images import secrets
 from gpurental.images.models import RegistryCredential
 
@@ -35,10 +37,26 @@ def registry_logins_of(*, account):
     return RegistryCredential.objects.filter(account=account).order_by("registry")
 
 
-def platform_registry_auth() -> dict | None:
-    """The hosts' login to the platform's registry (None: it takes no login)."""
+def platform_registry_auth(
+    repository: str, actions: tuple[str, ...], *, subject: str, ttl_s: int = 3600
+) -> dict | None:
+    """What ``subject`` (a host, or the control plane) sends the platform's registry to do
+    ``actions`` on ``repository``: a token for that alone with PLATFORM_REGISTRY_TOKEN_KEY
+    ({"registrytoken", "serveraddress"}), else the hosts' shared login, else None (a
+    registry without logins)."""
     from django.conf import settings
 
+    if settings.PLATFORM_REGISTRY_TOKEN_KEY:
+        return {
+            "registrytoken": registrytokens.token(
+                _token_key(settings.PLATFORM_REGISTRY_TOKEN_KEY),
+                subject=subject,
+                repository=repository,
+                actions=actions,
+                ttl_s=ttl_s,
+            ),
+            "serveraddress": settings.PLATFORM_REGISTRY,
+        }
     if not settings.PLATFORM_REGISTRY_USERNAME:
         return None
     return {
@@ -46,6 +64,11 @@ def platform_registry_auth() -> dict | None:
         "password": settings.PLATFORM_REGISTRY_PASSWORD,
         "serveraddress": settings.PLATFORM_REGISTRY,
     }
+
+
+@lru_cache(maxsize=2)
+def _token_key(path: str):
+    return registrytokens.key_load(path)
 
 
 def is_platform_registry(registry: str) -> bool:

@@ -107,7 +107,13 @@ def _registry_auth(instance: Instance) -> dict | None:
         return None
     reference = imagerefs.parse(instance.image_ref)
     if is_saved_image(reference):
-        return platform_registry_auth()
+        # Good for the pull (and the check of a cached copy) of this one image only.
+        return platform_registry_auth(
+            reference.repository,
+            ("pull",),
+            subject=f"host {instance.host.name}",
+            ttl_s=settings.CUSTOM_IMAGE_PULL_TIMEOUT + 600,
+        )
     return registry_auth(account_id=instance.user_id, registry=reference.registry)
 
 

@@ -3,14 +3,20 @@ agent process, the Docker Engine and Debian's docker-registry with a login."""
 
 from __future__ import annotations
 
+import contextlib
+
+import docker.errors
 import pytest
+import requests
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from gpurental import imagerefs
 from gpurental.accounts.services import api_key_create
 from gpurental.agent.runtimes import sandboxes
 from gpurental.billing.models import Charge
 from gpurental.images.models import HostImage
+from gpurental.images.selectors import platform_registry_auth
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 from gpurental.rentals.services.lifecycle import instance_terminate
 from gpurental.testing.agent_process import wait_for
@@ -31,8 +37,12 @@ def settled(instance_id, agent, timeout=90) -> Instance:
 
 
 def test_a_customer_launches_their_image_from_a_private_registry(
-    agent, catalog, alice, registry, jupyter_in_registry, settings
+    agent, catalog, alice, registry, jupyter_in_registry, settings, docker_client
 ):
+    # Not on this engine yet (another test may have pulled it; one of the engine group
+    # using it now keeps it, hence APIError): the launch pulls it.
+    with contextlib.suppress(docker.errors.ImageNotFound, docker.errors.APIError):
+        docker_client.images.remove(jupyter_in_registry)
     _, template = catalog
     settings.CUSTOM_IMAGE_TEMPLATE = template.slug
     api = APIClient()
@@ -141,15 +151,24 @@ def test_a_customer_saves_their_instance_as_an_image_and_launches_it_again(
     )
     saved = SavedImage.objects.get(pk=saved_id)
     assert saved.status == "ready", saved.status_reason
-    assert saved.reference.startswith(f"{registry.address}/a{alice.pk}/with-hello:")
+    assert saved.reference.startswith(f"{platform_registry.address}/a{alice.pk}/with-hello:")
     assert saved.size_bytes > 100_000_000 and saved.digest.startswith("sha256:")
     detail = api.get(f"/api/v1/saved-images/{saved_id}/").json()
     assert [e["to_status"] for e in detail["events"] if e["to_status"]] == ["saving", "ready"]
     # The run's secrets are blanked in the image; the pushed manifest is in the registry.
     env = docker_client.images.get(saved.reference).attrs["Config"]["Env"]
     assert "JUPYTER_TOKEN=" in env and not any(instance.jupyter_token in e for e in env)
-    auth = {"username": "platform", "password": REGISTRY_USERS["platform"]}
+    repository = imagerefs.parse(saved.reference).repository
+    auth = platform_registry_auth(repository, ("pull",), subject="the test")
     assert registryapi.manifest_exists(saved.reference, auth)
+    # A token is good for its own repository only: another account's is out of its reach.
+    other = platform_registry_auth(f"a{bob.pk}/with-hello", ("pull", "push"), subject="a host")
+    refused = requests.head(
+        f"http://{platform_registry.address}/v2/{repository}/manifests/{saved.digest}",
+        headers={"Authorization": f"Bearer {other['registrytoken']}"},
+        timeout=10,
+    )
+    assert refused.status_code == 401
 
     # Nobody else may launch it; its owner launches it, pulled afresh, and the package is there.
     as_bob = APIClient()

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from gpurental import protocol
+from gpurental import imagerefs, protocol
 from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.fleet import hostlink
@@ -142,7 +142,17 @@ def image_save_request(
             instance_id=str(instance.pk),
             reference=reference,
             sealed=hostlink.seal_secrets(
-                instance.host, {"registry_auth": platform_registry_auth() or {}}
+                instance.host,
+                {
+                    # Good for this image's repository only, while a save may take.
+                    "registry_auth": platform_registry_auth(
+                        imagerefs.parse(reference).repository,
+                        ("pull", "push"),
+                        subject=f"host {instance.host.name}",
+                        ttl_s=int(SAVE_TIMEOUT.total_seconds()),
+                    )
+                    or {}
+                },
             ),
         )
     return image
@@ -209,7 +219,16 @@ def saved_image_delete(*, image: SavedImage, actor: User, now: datetime | None =
         note = ""
         if image.digest:
             try:
-                registryapi.manifest_delete(image.reference, image.digest, platform_registry_auth())
+                registryapi.manifest_delete(
+                    image.reference,
+                    image.digest,
+                    platform_registry_auth(
+                        imagerefs.parse(image.reference).repository,
+                        ("delete", "pull"),
+                        subject="control plane",
+                        ttl_s=60,
+                    ),
+                )
             except registryapi.RegistryError as exc:
                 note = f" (the registry refused to delete it: {exc}; an operator must)"
                 log.warning("saved image %s: %s", image.pk, exc)

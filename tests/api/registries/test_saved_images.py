@@ -195,3 +195,96 @@ def test_a_save_that_can_no_longer_finish_fails_and_frees_its_name(platform, run
     silent.refresh_from_db()
     assert silent.status == "failed" and "went silent" in silent.status_reason
     assert [e.to_status for e in silent.events.all() if e.to_status] == ["saving", "failed"]
+
+
+@pytest.fixture
+def platform_tokens(settings, tmp_path):
+    from gpurental import registrytokens
+
+    key = tmp_path / "registry-token.pem"
+    registrytokens.key_create(key)
+    settings.PLATFORM_REGISTRY = REGISTRY
+    settings.PLATFORM_REGISTRY_TOKEN_KEY = str(key)
+    return registrytokens.key_load(key)
+
+
+def claims_of(token: str, key) -> dict:
+    """The token's claims, once its ES256 signature checks out with ``key``."""
+    import base64
+    import json
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    def unb64(part: str) -> bytes:
+        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+    header, payload, signature = token.split(".")
+    raw = unb64(signature)
+    key.public_key().verify(
+        encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")),
+        f"{header}.{payload}".encode(),
+        ec.ECDSA(hashes.SHA256()),
+    )
+    assert json.loads(unb64(header))["alg"] == "ES256"
+    return json.loads(unb64(payload))
+
+
+def test_with_a_token_key_each_host_gets_a_token_for_one_repository_only(
+    platform_tokens, running, alice, sent, client_for, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        image = image_save_request(instance=running, name="with-hello", actor=alice)
+    [message] = sent
+    key = protocol.host_keys(protocol.host_root(running.host.token)).spec
+    auth = protocol.secrets_open(key, message["sealed"])["registry_auth"]
+    assert set(auth) == {"registrytoken", "serveraddress"} and auth["serveraddress"] == REGISTRY
+    claims = claims_of(auth["registrytoken"], platform_tokens)
+    assert claims["access"] == [
+        {"type": "repository", "name": f"a{alice.pk}/with-hello", "actions": ["pull", "push"]}
+    ]
+    assert (claims["iss"], claims["aud"], claims["sub"]) == (
+        "gpurental",
+        "gpurental-registry",
+        "host node1",
+    )
+    assert claims["exp"] - claims["iat"] == 6 * 3600  # as long as a save may take
+
+    # The launch of the saved image: a token to pull that one image.
+    report(running.host, "saved", saved_image_id=str(image.pk), size_bytes=1, digest="sha256:d")
+    sent.clear()
+    body = {"gpu_model": "a100", "image": image.reference}
+    with django_capture_on_commit_callbacks(execute=True):
+        launched = client_for(alice).post("/api/v1/instances/", body, format="json")
+    assert launched.status_code == 201, launched.content
+    spec = [m for m in sent if m["task"] == "instance_start"][-1]["spec"]
+    pull = claims_of(spec["pull"]["auth"]["registrytoken"], platform_tokens)
+    assert pull["access"] == [
+        {"type": "repository", "name": f"a{alice.pk}/with-hello", "actions": ["pull"]}
+    ]
+
+
+def test_a_token_names_one_repository_and_known_actions(platform_tokens):
+    from gpurental import registrytokens
+
+    for repository, actions in (("", ("pull",)), ("a1/x", ()), ("a1/x", ("pull", "*"))):
+        with pytest.raises(ValueError, match="one repository and its actions"):
+            registrytokens.token(
+                platform_tokens, subject="s", repository=repository, actions=actions, ttl_s=60
+            )
+
+
+def test_the_registry_s_certificate_and_config_come_from_the_key(settings, tmp_path):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    settings.PLATFORM_REGISTRY_TOKEN_KEY = str(tmp_path / "key.pem")
+    out, err = StringIO(), StringIO()
+    call_command("registry_token_cert", "--create", stdout=out, stderr=err)
+    assert out.getvalue().startswith("-----BEGIN CERTIFICATE-----")
+    assert "issuer: gpurental" in err.getvalue() and "service: gpurental-registry" in err.getvalue()
+    assert (tmp_path / "key.pem").stat().st_mode & 0o077 == 0  # its owner's only
+    with pytest.raises(CommandError, match="not overwritten"):
+        call_command("registry_token_cert", "--create", stdout=out, stderr=err)
