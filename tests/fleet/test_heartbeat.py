@@ -154,4 +154,11 @@ def test_containers_of_unknown_instances_are_stopped_never_removed(
     orphan = str(uuid.uuid4())
     with django_capture_on_commit_callbacks(execute=True):
         beat(host, containers={orphan: "running"})
-    assert sent == [{"task": "instance_stop", "queue": "host.node1", "instance_id": orphan}]
+    assert sent == [
+        {
+            "task": "instance_stop",
+            "queue": "host.node1",
+            "instance_id": orphan,
+            "keep_container": True,
+        }
+    ]
