@@ -25,6 +25,7 @@ from bench.common import SHARED_ENV  # noqa: E402
 
 BENCHES = [
     "invoicing",
+    "backup",
     "telemetry",
     "launch",
     "gateway",

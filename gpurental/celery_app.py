@@ -122,6 +122,11 @@ app.conf.beat_schedule = {
         "schedule": 3600.0,
         "options": {"queue": "control", "expires": 3000},
     },
+    "backups-take": {
+        "task": "gpurental.backups.tasks.backup",
+        "schedule": float(os.environ.get("BACKUP_INTERVAL_S", "3600")),
+        "options": {"queue": "control", "expires": 600},
+    },
     "saved-images-expire": {
         "task": "gpurental.rentals.tasks.saved_images_expire",
         "schedule": 600.0,

@@ -155,6 +155,7 @@ INSTALLED_APPS = [
     "gpurental.images",
     "gpurental.volumes",
     "gpurental.storage",
+    "gpurental.backups",
 ]
 
 MIDDLEWARE = [
@@ -648,3 +649,10 @@ elif CHANNEL_LAYER_BACKEND != "core":
         f"CHANNEL_LAYER_BACKEND={CHANNEL_LAYER_BACKEND!r}: use core or pubsub"
     )
 # --- end telemetry -----------------------------------------------------------
+
+# Backups of the database (gpurental/backups/): a pg_dump with its summary every
+# BACKUP_INTERVAL_S (the recovery point), the newest BACKUP_KEEP kept in BACKUP_DIR; copy
+# that folder off the machine (it holds every account's data: keep it as private).
+BACKUP_DIR = Path(os.environ.get("BACKUP_DIR", VAR_DIR / "backups"))
+BACKUP_INTERVAL_S = env_int("BACKUP_INTERVAL_S", 3600)
+BACKUP_KEEP = env_int("BACKUP_KEEP", 48)

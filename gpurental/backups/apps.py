@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BackupsConfig(AppConfig):
+    name = "gpurental.backups"
+    verbose_name = "Backups"
