@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from gpurental.health import healthz
+from gpurental.health import healthz, readyz
 
 admin.site.site_header = "gpurental back-office"
 admin.site.site_title = "gpurental"
@@ -9,6 +9,7 @@ admin.site.index_title = "Plans, hosts, instances, billing"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/", include("gpurental.api.urls")),
     path("", include("gpurental.telemetry.urls")),
