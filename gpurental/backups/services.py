@@ -36,6 +36,8 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from gpurental.billing.models import Charge, Invoice, LedgerEntry
+
 PREFIX = "gpurental-"
 
 
@@ -130,17 +132,20 @@ def _tables() -> list[str]:
     )
 
 
+def _total(cursor, table: str) -> Decimal:
+    cursor.execute(f"SELECT coalesce(sum(amount), 0) FROM {table}")  # noqa: S608 - a model's
+    return Decimal(cursor.fetchone()[0])
+
+
 def summary(cursor) -> dict:
     """What a restore must give back: row counts, the money totals, the invoice numbers."""
     counts = {}
     for table in _tables():
         cursor.execute(f'SELECT count(*) FROM "{table}"')  # noqa: S608 - our own table names
         counts[table] = cursor.fetchone()[0]
-    cursor.execute("SELECT coalesce(sum(amount), 0) FROM billing_ledgerentry")
-    ledger = Decimal(cursor.fetchone()[0])
-    cursor.execute("SELECT coalesce(sum(amount), 0) FROM billing_charge")
-    charges = Decimal(cursor.fetchone()[0])
-    cursor.execute("SELECT number FROM billing_invoice WHERE number IS NOT NULL ORDER BY number")
+    ledger, charges = (_total(cursor, model._meta.db_table) for model in (LedgerEntry, Charge))
+    invoices = Invoice._meta.db_table
+    cursor.execute(f"SELECT number FROM {invoices} WHERE number IS NOT NULL ORDER BY number")  # noqa: S608
     numbers = [row[0] for row in cursor.fetchall()]
     return {
         "counts": counts,

@@ -246,7 +246,7 @@ def saved_images_expire(*, now: datetime) -> int:
     for image in saving:
         host = image.source_instance.host if image.source_instance else None
         if now - image.created_at > SAVE_TIMEOUT:
-            why = f"not saved and pushed within {SAVE_TIMEOUT.seconds // 3600} h"
+            why = f"not saved and pushed within {SAVE_TIMEOUT.total_seconds() / 3600:.0f} h"
         elif host is None or (host.last_heartbeat_at and host.last_heartbeat_at < lost_before):
             why = f"host {host.name if host else '?'} went silent while saving it"
         else:
