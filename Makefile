@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test test-fast fuzz bench-smoke lint format images docker-engine lock migrate clean-var client-dist messages
+.PHONY: install demo test test-fast fuzz bench-smoke deploy-smoke lint format images docker-engine lock migrate clean-var client-dist messages
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -57,6 +57,12 @@ fuzz: install
 # One set of embedded servers, migrated once, for all of them (bench/smoke.py).
 bench-smoke: install
 	$(BIN)/python bench/smoke.py
+
+# The production layout (deploy/compose.yml) up on this machine: a customer launches over
+# https:// and opens JupyterLab through the gateway's TLS origin; TLS 1.3 only; then down,
+# leaving nothing behind (deploy/smoke.py). Needs docker-compose; CI runs it (.ci/run).
+deploy-smoke: install
+	$(BIN)/python deploy/smoke.py
 
 # The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
 client-dist: $(BIN)/python

@@ -44,7 +44,11 @@ def _redis() -> str:
 
 def _broker() -> str:
     try:
-        with kombu.Connection(settings.CELERY_BROKER_URL, connect_timeout=TIMEOUT_S) as conn:
+        # amqps: the same TLS settings the workers use (the broker's CA, a client certificate).
+        ssl = getattr(settings, "CELERY_BROKER_USE_SSL", None) or False
+        with kombu.Connection(
+            settings.CELERY_BROKER_URL, ssl=ssl, connect_timeout=TIMEOUT_S
+        ) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=TIMEOUT_S)
         return "ok"
     except Exception as exc:  # noqa: BLE001 - kombu raises its transports' own errors

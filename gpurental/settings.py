@@ -43,6 +43,46 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
 
 
+# Secrets may come from files (Docker and systemd credentials, deploy/): NAME_FILE=/path sets
+# NAME from that file's first line when NAME itself is not set. Only these names: a *_FILE
+# that is a path setting of its own (BROKER_SSL_CA_FILE) is left alone.
+SECRET_SETTINGS = (
+    "SECRET_KEY",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CHANNEL_LAYER_URL",
+    "CELERY_BROKER_URL",
+    "RABBITMQ_MANAGEMENT_URL",
+    "METRICS_TOKEN",
+    "BMC_SECRET_KEY",
+    "REGISTRY_SECRET_KEY",
+    "PLATFORM_REGISTRY_PASSWORD",
+    "STRIPE_SECRET_KEY",
+    "STRIPE_WEBHOOK_SECRET",
+    "SNAPSHOT_S3_SECRET_ACCESS_KEY",
+)
+
+
+def secrets_from_files(environ: dict) -> None:
+    for name in SECRET_SETTINGS:
+        path = environ.get(f"{name}_FILE", "")
+        if not path or environ.get(name):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.readline().strip()
+        except OSError as e:
+            raise ImproperlyConfigured(
+                f"{name}_FILE={path!r}: cannot read it ({e.strerror})"
+            ) from None
+        if not value:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r}: the file is empty")
+        environ[name] = value
+
+
+secrets_from_files(os.environ)
+
+
 def database_from_url(url: str) -> dict:
     """postgres://user:pass@host:port/name?host=/socket/dir → Django DATABASES entry."""
     parts = urlsplit(url)
@@ -288,6 +328,8 @@ if not DEBUG:
     # Joining the browsers' preload list is a commitment for the operator's whole domain:
     # their choice (SECURE_HSTS_PRELOAD=1), not a warning on every deploy check.
     SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# Load balancers and Compose probe health over plain HTTP on the private network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 # The header a TLS-terminating proxy sets, e.g. SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO
 # (only when that proxy always sets or strips it: otherwise a client could claim https).
 if os.environ.get("SECURE_PROXY_SSL_HEADER"):
@@ -329,6 +371,12 @@ if (
 # With an amqp:// broker: the RabbitMQ management API, to give each host its own account
 # (it may consume only host.<name> and publish only its own reports).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")
+# Where GPU hosts dial the broker (host:port), when not where the control plane does: behind
+# Compose the control plane says rabbitmq:5671, a host says broker.example.com:5671.
+AGENT_BROKER_ADDRESS = os.environ.get("AGENT_BROKER_ADDRESS", "")
+# The broker CA's path on GPU hosts, for their join command (default: BROKER_SSL_CA_FILE;
+# deploy/host/install.sh --broker-ca puts it at /etc/gpurental/broker-ca.pem).
+AGENT_BROKER_CA_FILE = os.environ.get("AGENT_BROKER_CA_FILE", "")
 # amqps://: the broker's certificate checked against BROKER_SSL_CA_FILE (the system's CAs
 # without it); a client certificate with BROKER_SSL_CERT_FILE and BROKER_SSL_KEY_FILE.
 BROKER_SSL_CA_FILE = os.environ.get("BROKER_SSL_CA_FILE", "")  # also in the join command

@@ -401,6 +401,14 @@ main() {
     say "done in $((SECONDS - t0)) s: $BASE_TAG, $JUPYTER_TAG, $SERVING_TAG, $PYTORCH_TAG, $EMBED_TAG"
 }
 
+# `images/build.sh base`: only the base image (deploy/build.sh builds the control plane's on it).
+if [ "${1:-}" = base ]; then
+    mkdir -p "$CACHE"
+    check_engine
+    build_base
+    exit 0
+fi
+
 # `images/build.sh tags`: every tag this script builds (both PyTorch variants), one a
 # line, building nothing: what the catalog's image templates may name (tests hold them to it).
 if [ "${1:-}" = tags ]; then

@@ -26,6 +26,19 @@ def test_both_answer_200_when_everything_answers(client):
     assert response["Cache-Control"].startswith("max-age=0")
 
 
+@pytest.mark.django_db
+def test_plain_http_probes_are_not_redirected_to_https(client, settings):
+    """Caddy and Compose probe over plain HTTP on the private network, where every other
+    path is redirected to https."""
+    from gpurental.settings import SECURE_REDIRECT_EXEMPT
+
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_REDIRECT_EXEMPT = SECURE_REDIRECT_EXEMPT
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/login/").status_code == 301
+
+
 @pytest.fixture
 def own_redis(settings):
     """A real Redis of this test's own (the cache and the broker), so stopping it harms

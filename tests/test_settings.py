@@ -179,3 +179,33 @@ def test_production_redirects_to_https_with_hsts_and_secure_cookies():
         "('HTTP_X_FORWARDED_PROTO',",
         "'https')",
     ]
+
+
+def test_secrets_come_from_files_named_by_their_file_setting(tmp_path):
+    from gpurental.settings import secrets_from_files
+
+    (tmp_path / "key").write_text("k" * 50 + "\n")
+    (tmp_path / "db").write_text("postgres://u:p@db/x\nignored second line\n")
+    env = {"SECRET_KEY_FILE": str(tmp_path / "key"), "DATABASE_URL_FILE": str(tmp_path / "db")}
+    env["REDIS_URL"], env["REDIS_URL_FILE"] = "redis://set/0", str(tmp_path / "nope")
+    env["BROKER_SSL_CA_FILE"] = str(tmp_path / "key")  # a path setting: left alone
+    secrets_from_files(env)
+    assert env["SECRET_KEY"] == "k" * 50
+    assert env["DATABASE_URL"] == "postgres://u:p@db/x"
+    assert env["REDIS_URL"] == "redis://set/0"  # the setting itself wins; its file is not read
+    assert "BROKER_SSL_CA" not in env
+
+
+def test_an_unreadable_or_empty_secret_file_refuses_to_start_naming_it(tmp_path):
+    (tmp_path / "empty").write_text("\n")
+    result = _load_settings(DEBUG="0", SECRET_KEY_FILE=str(tmp_path / "missing"))
+    assert result.returncode != 0
+    assert f"SECRET_KEY_FILE='{tmp_path / 'missing'}': cannot read it" in result.stderr
+    result = _load_settings(DEBUG="0", SECRET_KEY_FILE=str(tmp_path / "empty"))
+    assert "the file is empty" in result.stderr
+
+
+def test_debug_off_with_the_secret_key_in_a_file_starts(tmp_path):
+    (tmp_path / "key").write_text("y" * 50)
+    result = _load_settings(DEBUG="0", SECRET_KEY_FILE=str(tmp_path / "key"))
+    assert result.returncode == 0, result.stderr

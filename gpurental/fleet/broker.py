@@ -96,6 +96,8 @@ def broker_account_delete(*, host_name: str) -> None:
 def agent_broker_url(*, host_name: str, password: str) -> str:
     """The broker URL for a host's agent: the control plane's broker, the host's account."""
     parts = urlsplit(settings.CELERY_BROKER_URL)
-    where = parts.hostname + (f":{parts.port}" if parts.port else "")
+    where = settings.AGENT_BROKER_ADDRESS or parts.hostname + (
+        f":{parts.port}" if parts.port else ""
+    )
     credentials = f"{quote(account_name(host_name), safe='')}:{quote(password, safe='')}"
     return urlunsplit((parts.scheme, f"{credentials}@{where}", parts.path, parts.query, ""))

@@ -36,7 +36,8 @@ def host_join_command(*, host: Host, token: str) -> str:
         url = broker.agent_broker_url(host_name=host.name, password=token)
         ingest = f"{settings.PUBLIC_URL.rstrip('/')}/{protocol.TELEMETRY_INGEST_PATH}"
         # amqps://: the agent checks the broker against the same CA (copied to the host).
-        ca = settings.BROKER_SSL_CA_FILE if url.startswith("amqps://") else ""
+        ca = settings.AGENT_BROKER_CA_FILE or settings.BROKER_SSL_CA_FILE
+        ca = ca if url.startswith("amqps://") else ""
         ca = f"GPURENTAL_BROKER_CA_FILE='{ca}' " if ca else ""
         return (
             f"GPURENTAL_BROKER_URL='{url}' {ca}GPURENTAL_TELEMETRY_URL='{ingest}' "

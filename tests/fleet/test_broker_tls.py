@@ -186,3 +186,19 @@ def test_the_agent_connects_over_amqps_with_its_ca_file(tls_broker, tmp_path):
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=0)
         assert conn.connected and conn.transport_cls == "amqps"
+
+
+def test_readyz_reaches_an_amqps_broker_with_the_workers_tls_settings(tls_broker, settings):
+    """/readyz checks the broker as the workers reach it: over amqps, with their CA and
+    client certificate (it once connected with no TLS settings and always said 'error')."""
+    from gpurental import health
+
+    settings.CELERY_BROKER_URL = tls_broker["url"]
+    settings.CELERY_BROKER_USE_SSL = protocol.broker_ssl(
+        ca_file=tls_broker["ca"], **tls_broker["client"]
+    )
+    assert health._broker() == "ok"
+    settings.CELERY_BROKER_USE_SSL = protocol.broker_ssl(
+        ca_file=tls_broker["other_ca"], **tls_broker["client"]
+    )
+    assert health._broker().startswith("error")

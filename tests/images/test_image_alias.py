@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from gpurental.accounts.services import api_key_create
 from gpurental.catalog.models import ImageAlias, ImageTemplate
 from gpurental.catalog.selectors import image_resolve
-from gpurental.console.demo import IMAGES
+from gpurental.catalog.starter import IMAGES
 from gpurental.rentals import hostcalls
 from gpurental.rentals.models import Instance
 from tests.api.conftest import assert_error
