@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test test-fast fuzz bench-smoke deploy-smoke lint format images docker-engine lock migrate clean-var client-dist messages
+.PHONY: install demo test test-fast fuzz bench-smoke deploy-smoke drill upgrade-check lint format images docker-engine lock migrate clean-var client-dist messages
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -63,6 +63,17 @@ bench-smoke: install
 # leaving nothing behind (deploy/smoke.py). Needs docker-compose; CI runs it (.ci/run).
 deploy-smoke: install
 	$(BIN)/python deploy/smoke.py
+
+# The same stack under a steady load of API and JupyterLab requests: kill one web process,
+# then one gateway, then the PostgreSQL primary (promoting its replica); prints the failed
+# requests and the times to recover, and checks the charges (deploy/drill.py).
+drill: install
+	$(BIN)/python deploy/drill.py
+
+# A database made by the previous release (deploy/RELEASES) migrates to this code, its rows
+# intact (scripts/upgrade_check.py; embedded PostgreSQL; about a minute). CI runs it.
+upgrade-check: install
+	$(BIN)/python scripts/upgrade_check.py
 
 # The SDK and CLI alone as a wheel in dist/ (gpurental-client: requests only); see sdk/README.md.
 client-dist: $(BIN)/python

@@ -35,7 +35,10 @@ app_files() {
 
 wheels() {
     local dir=$CACHE/wheels want
-    want=$({ cat "$REPO/requirements.lock" "$REPO/pyproject.toml"; echo "$EXTRA_WHEELS"; } | hash_of)
+    # The lock and the project's dependencies (not the rest of pyproject.toml: lint settings).
+    want=$({ cat "$REPO/requirements.lock"; echo "$EXTRA_WHEELS"
+             "$PYTHON" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"])' \
+                 "$REPO/pyproject.toml"; } | hash_of)
     if [ "$FORCE" != 1 ] && [ "$(cat "$dir/.inputs" 2>/dev/null)" = "$want" ]; then return; fi
     say "platform: downloading the runtime wheels (requirements.lock)…"
     rm -rf "$dir" && mkdir -p "$dir"

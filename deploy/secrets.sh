@@ -3,7 +3,7 @@
 # only by that service's uid in its image), so that no secret is a default and none is in
 # the environment or the Compose file:
 #
-#   secrets/platform/   SECRET_KEY, DATABASE_URL, REDIS_URL, CELERY_BROKER_URL,
+#   secrets/platform/   SECRET_KEY, DATABASE_URL (both PostgreSQL servers: whichever takes writes), REDIS_URL, CELERY_BROKER_URL,
 #                       RABBITMQ_MANAGEMENT_URL, METRICS_TOKEN, the broker's CA, the SSH
 #                       gateway's host and client keys
 #   secrets/postgres/   the superuser, platform and replication passwords
@@ -33,7 +33,7 @@ put() { printf '%s\n' "$2" >"$1"; }
 put "$DIR/platform/secret_key" "$(value secret_key)"
 put "$DIR/platform/metrics_token" "$(value metrics_token)"
 put "$DIR/platform/database_url" \
-    "postgres://gpurental:$(value db_password)@postgres:5432/gpurental"
+    "postgres://gpurental:$(value db_password)@postgres,postgres-replica:5432/gpurental?target_session_attrs=read-write&connect_timeout=3"
 put "$DIR/platform/redis_url" "redis://:$(value redis_password)@redis:6379/0"
 put "$DIR/platform/celery_broker_url" "amqps://admin:$(value rabbitmq_password)@rabbitmq:5671//"
 put "$DIR/platform/rabbitmq_management_url" "http://admin:$(value rabbitmq_password)@rabbitmq:15672"

@@ -66,10 +66,17 @@ def run(cmd: list[str], *, env: dict | None = None, check: bool = True, **kw) ->
 
 
 class Stack:
-    def __init__(self, scratch: Path):
+    def __init__(self, scratch: Path, project: str = PROJECT, extra_env: dict | None = None):
         self.scratch = scratch
-        self.env = {**os.environ, **STACK_ENV, "SECRETS_DIR": str(scratch / "secrets")}
-        self.compose = ["docker-compose", "-p", PROJECT, "-f", str(REPO / "deploy/compose.yml")]
+        self.project = project
+        self.env = {
+            **os.environ,
+            **STACK_ENV,
+            **(extra_env or {}),
+            "SECRETS_DIR": str(scratch / "secrets"),
+            "COMPOSE_PROJECT_NAME": project,
+        }
+        self.compose = ["docker-compose", "-p", project, "-f", str(REPO / "deploy/compose.yml")]
 
     def __call__(self, *args: str, check: bool = True, **kw) -> str:
         return run([*self.compose, *args], env=self.env, check=check, **kw)
@@ -103,7 +110,7 @@ class Stack:
             time.sleep(1)
 
     def leftovers(self) -> list[str]:
-        label = f"label=com.docker.compose.project={PROJECT}"
+        label = f"label=com.docker.compose.project={self.project}"
         found = []
         for kind, args in (
             ("container", ["ps", "-aq", "--filter", label]),
@@ -191,19 +198,34 @@ def agent_start(stack: Stack, join: str, caddy_ca: Path) -> subprocess.Popen:
         )
 
 
-def main() -> None:
-    if not shutil.which("docker-compose"):
-        raise SystemExit("docker-compose is missing: apt-get install docker-compose")
-    say("deploy/build.sh")
-    subprocess.run([str(REPO / "deploy/build.sh")], check=True)
-    scratch = Path(tempfile.mkdtemp(prefix="gpurental-smoke-"))
-    stack = Stack(scratch)
-    agent = None
-    instance_id = None
-    client = None
-    try:
+class Deployment:
+    """The stack up (every health check passing), the starter catalog, one GPU host's
+    agent joined over amqps, one customer with credit and an SDK client; on exit, all of it
+    down and checked gone."""
+
+    def __init__(self, project: str = PROJECT, extra_env: dict | None = None):
+        if not shutil.which("docker-compose"):
+            raise SystemExit("docker-compose is missing: apt-get install docker-compose")
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{project}-"))
+        self.stack = Stack(self.scratch, project, extra_env)
+        self.agent: subprocess.Popen | None = None
+        self.client = None
+        self.instances: list[str] = []
+
+    def __enter__(self) -> Deployment:
+        try:
+            self._up()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def _up(self) -> None:
+        stack = self.stack
+        say("deploy/build.sh")
+        subprocess.run([str(REPO / "deploy/build.sh")], check=True)
         stack("down", "-v", "--remove-orphans", check=False)  # a run killed before its end
-        run([str(REPO / "deploy/secrets.sh"), str(scratch / "secrets")], env=stack.env)
+        run([str(REPO / "deploy/secrets.sh"), str(self.scratch / "secrets")], env=stack.env)
         say("docker-compose up -d")
         stack("up", "-d")
         stack.wait_healthy()
@@ -212,7 +234,7 @@ def main() -> None:
         out = stack.manage("check", "--deploy", "--fail-level", "WARNING")
         say("manage.py check --deploy: " + out.strip().splitlines()[-1])
 
-        caddy_ca = scratch / "caddy-root.pem"
+        caddy_ca = self.scratch / "caddy-root.pem"
         for _ in range(60):
             pem = stack(
                 "exec",
@@ -255,28 +277,68 @@ def main() -> None:
         assert join.startswith("GPURENTAL_BROKER_URL='amqps://gpurental-host-smoke-gpu:"), join
         assert "@localhost:5671/" in join, join
         say("host smoke-gpu added; its join command dials amqps://…@localhost:5671")
-        agent = agent_start(stack, join, caddy_ca)
+        self.agent = agent_start(stack, join, caddy_ca)
         key = customer_create(stack)
 
         from gpurental.client import Client
 
-        client = Client(api_key=key, base_url=PUBLIC)
+        self.client = Client(api_key=key, base_url=PUBLIC)
         deadline = time.monotonic() + 120
-        while not any(m["total"] for m in client.availability(hours=1)["models"]):
-            if agent.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(
-                    "the agent did not join:\n" + (scratch / "agent.log").read_text()[-3000:]
-                )
+        while not any(m["total"] for m in self.client.availability(hours=1)["models"]):
+            if self.agent.poll() is not None or time.monotonic() > deadline:
+                log = (self.scratch / "agent.log").read_text()[-3000:]
+                raise SystemExit(f"the agent did not join:\n{log}")
             time.sleep(1)
         say("the agent joined: its GPUs are in the catalog")
 
-        instance = client.create_instance(gpu_type="A10G", framework="jupyter-cpu")
-        instance_id = instance.id
-        say(f"launched {instance_id} through {PUBLIC}/api/v1/")
-        link = client.connect(instance_id, wait=120)
+    def launch(self) -> tuple[str, dict]:
+        """A JupyterLab instance, running; its one-time link."""
+        instance = self.client.create_instance(gpu_type="A10G", framework="jupyter-cpu")
+        self.instances.append(instance.id)
+        say(f"launched {instance.id} through {PUBLIC}/api/v1/")
+        link = self.client.connect(instance.id, wait=120)
         say(f"running; JupyterLab link {link['url'].split('?')[0]}")
-        assert link["url"].startswith(f"https://{instance_id}.gw.localhost:{HTTPS_PORT}/"), link
+        assert link["url"].startswith(f"https://{instance.id}.gw.localhost:{HTTPS_PORT}/"), link
+        return instance.id, link
 
+    def terminate(self, instance_id: str) -> None:
+        self.client.terminate(instance_id)
+        deadline = time.monotonic() + 120
+        while self.client.get_instance(instance_id).status != "terminated":
+            assert time.monotonic() < deadline, "not terminated within 120 s"
+            time.sleep(1)
+        self.instances.remove(instance_id)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        failed = exc_type is not None
+        for instance_id in list(self.instances):
+            try:
+                self.terminate(instance_id)
+            except Exception as e:  # noqa: BLE001 - teardown goes on
+                print(f"terminate {instance_id} failed: {e}")
+                failed = True
+        if self.agent is not None:
+            os.killpg(self.agent.pid, signal.SIGTERM)
+            try:
+                self.agent.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.agent.pid, signal.SIGKILL)
+        self.stack("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
+        if failed:  # the run failed mid-way: clear what the agent may have left
+            for cid in run(["docker", "ps", "-aq", "--filter", "label=gpurental.instance"]).split():
+                run(["docker", "rm", "-f", cid], check=False)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        left = self.stack.leftovers()
+        if left and exc_type is None:
+            raise SystemExit(f"left behind: {', '.join(left)}")
+        say("down: no container, volume or network left")
+
+
+def main() -> None:
+    with Deployment() as deployment:
+        import requests
+
+        instance_id, link = deployment.launch()
         browser = requests.Session()
         page = browser.get(link["url"], timeout=30)
         assert page.status_code == 200 and "JupyterLab" in page.text, (
@@ -295,35 +357,9 @@ def main() -> None:
             suite = re.search(r"Ciphersuite: (\S+)", tls13)[1]
             say(f"{name}: TLS 1.3 ({suite}); TLS 1.2 refused")
 
-        client.terminate(instance_id)
-        deadline = time.monotonic() + 120
-        while client.get_instance(instance_id).status != "terminated":
-            assert time.monotonic() < deadline, "not terminated within 120 s"
-            time.sleep(1)
-        instance_id = None
+        deployment.terminate(instance_id)
         say("terminated")
-    finally:
-        if client is not None and instance_id is not None:
-            try:
-                client.terminate(instance_id)
-                time.sleep(5)
-            except Exception as exc:  # noqa: BLE001 - teardown goes on
-                print(f"terminate failed: {exc}")
-        if agent is not None:
-            os.killpg(agent.pid, signal.SIGTERM)
-            try:
-                agent.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(agent.pid, signal.SIGKILL)
-        stack("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
-        if instance_id is not None:  # the run failed mid-way: clear what the agent left
-            for cid in run(["docker", "ps", "-aq", "--filter", "label=gpurental.instance"]).split():
-                run(["docker", "rm", "-f", cid], check=False)
-        shutil.rmtree(scratch, ignore_errors=True)
-    left = stack.leftovers()
-    if left:
-        raise SystemExit(f"left behind: {', '.join(left)}")
-    say("down: no container, volume or network left. Passed.")
+    say("passed")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,11 @@ secrets_from_files(os.environ)
 
 
 def database_from_url(url: str) -> dict:
-    """postgres://user:pass@host:port/name?host=/socket/dir → Django DATABASES entry."""
+    """postgres://user:pass@host:port/name?host=/socket/dir → Django DATABASES entry.
+
+    Several hosts (``@primary,replica:5432``) with ``target_session_attrs=read-write``
+    connect to whichever one takes writes: after a replica is promoted, new connections go
+    to it (libpq's multi-host connection strings; deploy/README.md, "Failover")."""
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ImproperlyConfigured(
@@ -92,16 +96,23 @@ def database_from_url(url: str) -> dict:
         )
     query = parse_qs(parts.query)
     host = query.get("host", [parts.hostname or ""])[0]
+    options = {k: query[k][0] for k in ("target_session_attrs", "connect_timeout") if k in query}
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "gpurental.dbfailover",  # PostgreSQL's, waiting out a failover
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": host,
         "PORT": str(parts.port or ""),
+        "OPTIONS": options,
         "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 0),
         "CONN_HEALTH_CHECKS": True,
     }
+
+
+# Seconds a new database connection keeps trying while no primary answers (a failover:
+# gpurental/dbfailover). 0: fail at once.
+DATABASE_CONNECT_RETRY_S = float(os.environ.get("DATABASE_CONNECT_RETRY_S", "0") or 0)
 
 
 def celery_url(redis_url: str) -> str:

@@ -80,6 +80,15 @@ def test_database_url_with_socket_directory():
     )
 
 
+def test_database_url_with_a_primary_and_a_replica_connects_to_the_writable_one():
+    db = database_from_url(
+        "postgres://app:pw@postgres,postgres-replica:5432/gpurental"
+        "?target_session_attrs=read-write&connect_timeout=3"
+    )
+    assert (db["HOST"], db["PORT"]) == ("postgres,postgres-replica", "5432")
+    assert db["OPTIONS"] == {"target_session_attrs": "read-write", "connect_timeout": "3"}
+
+
 def test_database_url_with_tcp_host_and_password():
     db = database_from_url("postgres://app:s%40cret@db.internal:6543/rentals")
     assert (db["NAME"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"]) == (

@@ -8,7 +8,9 @@
 # of these is not there: the Docker Engine, the NVIDIA driver (nvidia-smi), a CUDA version
 # of at least MIN_CUDA (default 12.0) as the driver reports it, and the NVIDIA Container
 # Toolkit (the engine's nvidia runtime or a CDI spec). --simulated skips the GPU checks
-# (a test host with simulated GPUs); --check-only stops after the checks.
+# (a test host with simulated GPUs); --check-only stops after the checks. --upgrade, on a
+# host already joined, installs this checkout's agent and restarts it, keeping its settings
+# (the last step of deploy/upgrade.sh).
 #
 # The join command comes from the back-office (Fleet → Hosts → Rotate join token) or from
 # `manage.py host_add NAME --address IP` on the control plane.
@@ -17,7 +19,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MIN_CUDA=${MIN_CUDA:-12.0}
 PREFIX=${PREFIX:-/opt/gpurental}
 ETC=${ETC:-/etc/gpurental}
-join="" address="" broker_ca="" simulated=0 check_only=0
+join="" address="" broker_ca="" simulated=0 check_only=0 upgrade=0
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
         --broker-ca) broker_ca=$2; shift 2 ;;
         --simulated) simulated=1; shift ;;
         --check-only) check_only=1; shift ;;
+        --upgrade) upgrade=1; shift ;;
         -h|--help) usage ;;
         *) echo "unknown argument: $1" >&2; usage ;;
     esac
@@ -36,6 +39,10 @@ refuse() { echo "  MISSING  $*" >&2; failed=1; }
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
 
 echo "Checking this host:"
+if [ "$upgrade" = 1 ]; then
+    [ -f "$ETC/agent.env" ] || refuse "--upgrade: $ETC/agent.env is missing; this host never joined (use --join)"
+    if grep -q '^GPURENTAL_GPU_SOURCE=simulated' "$ETC/agent.env" 2>/dev/null; then simulated=1; fi
+fi
 if docker info >/dev/null 2>&1; then
     ok "Docker Engine $(docker version --format '{{.Server.Version}}')"
 else
@@ -61,7 +68,7 @@ else
         refuse "NVIDIA Container Toolkit: Docker has no nvidia runtime and there is no CDI spec. Install nvidia-container-toolkit, then: nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"
     fi
 fi
-[ -n "$join" ] || [ "$check_only" = 1 ] || refuse "--join: give the host's join command (back-office → Fleet → Hosts, or manage.py host_add)"
+[ -n "$join" ] || [ "$check_only" = 1 ] || [ "$upgrade" = 1 ] || refuse "--join: give the host's join command (back-office → Fleet → Hosts, or manage.py host_add)"
 if [ "$failed" = 1 ]; then
     echo "Refused: install what is MISSING above, then run this again." >&2
     exit 3
@@ -72,6 +79,15 @@ fi
 echo "Installing the agent in $PREFIX"
 python3 -m venv "$PREFIX"
 "$PREFIX/bin/pip" install --quiet --disable-pip-version-check "$REPO"
+if [ "$upgrade" = 1 ]; then
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        systemctl restart gpurental-agent.service
+        echo "Upgraded and restarted: $("$PREFIX/bin/python" -c 'from gpurental.protocol import SPEC_VERSION as v; print(f"start spec version {v}")')"
+    else
+        echo "Upgraded; restart the agent to run it."
+    fi
+    exit 0
+fi
 install -d -m 700 "$ETC" && install -d -m 700 /var/lib/gpurental
 env_file=$ETC/agent.env
 umask 077

@@ -34,6 +34,10 @@ CREATE DATABASE gpurental OWNER gpurental;
 CREATE ROLE replicator REPLICATION LOGIN PASSWORD '$(secret replication_password)';
 SQL
     pg_ctl -D "$DATA" -w stop >/dev/null
+    # From now on a commit returns once the replica has it too: a failover loses no
+    # committed charge. While no replica is connected, commits wait (deploy/README.md,
+    # "Failover"); the set-up above ran before, with no replica yet.
+    echo "synchronous_standby_names = 'ANY 1 (*)'" >>"$DATA/postgresql.conf"
     echo "postgres: initialised a primary in $DATA"
 }
 
