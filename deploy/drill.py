@@ -106,6 +106,7 @@ class Load:
             result[kind] = {
                 "sent": len(mine),
                 "failed": len(failed),
+                "slowest_s": round(max((o.end - o.start for o in mine), default=0), 2),
                 "failures": sorted({o.detail for o in failed}),
             }
         return result

@@ -173,6 +173,7 @@ class Client(GroupsMixin, PaymentsMixin):
         plan: str | None = None,
         name: str | None = None,
         idle_stop_minutes: int | None = None,
+        auto_recover: bool = False,
     ) -> Instance:
         """Launch an instance and return it (``pending``); ``connect()`` waits for it.
 
@@ -190,7 +191,9 @@ class Client(GroupsMixin, PaymentsMixin):
         into the instance's own cache). An alias such as "pytorch-2.1" names the image it
         stands for; ``instance.raw["image_alias"]`` shows it.
         ``idle_stop_minutes`` stops it after that many idle
-        minutes (0: never; default: the plan's).
+        minutes (0: never; default: the plan's). ``auto_recover``: if its host is lost, it
+        is relaunched on another host from its newest workspace snapshot (see
+        ``set_auto_recover``).
         """
         if plan and gpu_type:
             raise ValueError("pass either gpu_type= (with gpu_count=) or plan=, not both")
@@ -214,6 +217,8 @@ class Client(GroupsMixin, PaymentsMixin):
             body["model"] = model
         if idle_stop_minutes is not None:
             body["idle_stop_minutes"] = idle_stop_minutes
+        if auto_recover:
+            body["auto_recover"] = True
         if volumes:
             body["volumes"] = [{"volume": v, "mount_path": p} for v, p in volumes.items()]
         if workspace_from is not None:
@@ -248,6 +253,13 @@ class Client(GroupsMixin, PaymentsMixin):
         path = f"instances/{self._quote(instance_id)}/idle-policy/"
         body = {"idle_stop_minutes": minutes}
         return self._instance(self._request("POST", path, json_body=body))
+
+    def set_auto_recover(self, instance_id: Any, enabled: bool = True) -> Instance:
+        """On: when its host is lost, the instance is relaunched on another host (same image
+        and plan, /workspace from its newest workspace snapshot, else empty); the new one's
+        ``raw["recovered_from"]`` names it. Off: it waits for its host. On-demand only."""
+        path = f"instances/{self._quote(instance_id)}/auto-recover/"
+        return self._instance(self._request("POST", path, json_body={"enabled": enabled}))
 
     def connect(
         self, instance_id: Any, port: int | None = None, wait: float | None = None

@@ -197,6 +197,18 @@ EVENTS: dict[str, Event] = {
             _instance_event,
         ),
         Event(
+            "instance_recovered",
+            gettext_lazy("Instance recovered"),
+            gettext_lazy("Instance {instance[name]} was relaunched on another host"),
+            _instance_event,
+        ),
+        Event(
+            "instance_recover_failed",
+            gettext_lazy("Instance not recovered"),
+            gettext_lazy("Instance {instance[name]} could not be relaunched"),
+            _instance_event,
+        ),
+        Event(
             "idle_warning",
             gettext_lazy("Idle warning"),
             gettext_lazy("Instance {instance[name]} is idle and will be stopped"),

@@ -92,6 +92,17 @@ class Instance(models.Model):
     # whose shared cache has it (gpurental/modelcache).
     hf_model = models.CharField(max_length=96, blank=True)
     idle_stop_minutes = models.PositiveIntegerField(default=30, help_text="0 = never auto-stop")
+    # When its host is declared lost, relaunch it on another host from its newest workspace
+    # snapshot (rentals.services.lifecycle.recovery); otherwise it waits, stopped, for the host.
+    auto_recover = models.BooleanField(default=False)
+    recovered_from = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="recovered_as",
+        help_text="The lost instance this one was relaunched for (each is recovered once)",
+    )
     idle_warned_at = models.DateTimeField(
         null=True, blank=True, help_text="When the idle auto-stop warning was sent for this run"
     )
@@ -121,6 +132,11 @@ class Instance(models.Model):
                 condition=Q(without_gpus=False)
                 | (Q(reservation__isnull=True) & Q(lease__isnull=True) & Q(group__isnull=True)),
                 name="instance_no_gpu_mode_on_demand_only",
+            ),
+            models.CheckConstraint(  # a reservation or lease has its own host; a group its own replicas
+                condition=Q(auto_recover=False)
+                | (Q(reservation__isnull=True) & Q(lease__isnull=True) & Q(group__isnull=True)),
+                name="instance_auto_recover_on_demand_only",
             ),
             models.CheckConstraint(
                 condition=Q(jupyter_port__isnull=True)

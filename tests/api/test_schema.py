@@ -21,6 +21,7 @@ EXPECTED_OPERATIONS = {
     ("post", "/api/v1/instances/{id}/restart/"),
     ("post", "/api/v1/instances/{id}/terminate/"),
     ("post", "/api/v1/instances/{id}/idle-policy/"),
+    ("post", "/api/v1/instances/{id}/auto-recover/"),
     ("post", "/api/v1/instances/{id}/connect/"),
     ("get", "/api/v1/api-keys/"),
     ("post", "/api/v1/api-keys/"),

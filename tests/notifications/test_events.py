@@ -94,6 +94,18 @@ CASES = {
         "/instances/",
         lambda d: d["instance"]["reason"] == "host gone",
     ),
+    "instance_recovered": (
+        lambda u: {"instance": _instance(u), "reason": "/workspace from snapshot nightly"},
+        "snapshot nightly",
+        "/instances/",
+        lambda d: d["instance"]["reason"] == "/workspace from snapshot nightly",
+    ),
+    "instance_recover_failed": (
+        lambda u: {"instance": _instance(u), "reason": "no free A10G"},
+        "no free A10G",
+        "/instances/",
+        lambda d: d["instance"]["reason"] == "no free A10G",
+    ),
     "idle_warning": (
         lambda u: {
             "instance": _instance(u),

@@ -88,6 +88,10 @@ class InstanceSerializer(serializers.ModelSerializer):
         help_text="JupyterLab at the instance's own origin (no token): only for the owner, "
         "only while running; log in there with a link from connect"
     )
+    recovered_as = serializers.SerializerMethodField(
+        help_text="The instance relaunched on another host for this one when its host was "
+        "lost, or null"
+    )
     ssh = serializers.SerializerMethodField(
         help_text="How to SSH in (through the SSH gateway, with your SSH keys): only while "
         "running, and only for images with sshd; else null"
@@ -118,8 +122,20 @@ class InstanceSerializer(serializers.ModelSerializer):
             "jupyter_url",
             "ssh",
             "idle_stop_minutes",
+            "auto_recover",
+            "recovered_from",
+            "recovered_as",
         ]
         extra_kwargs = {
+            "auto_recover": {
+                "read_only": True,
+                "help_text": "When its host is lost, it is relaunched on another host from its "
+                "newest workspace snapshot (POST auto-recover)",
+            },
+            "recovered_from": {
+                "read_only": True,
+                "help_text": "The lost instance this one was relaunched for, or null",
+            },
             "without_gpus": {
                 "read_only": True,
                 "help_text": "The current (or last) run has no GPU: no-GPU mode, billed at the "
@@ -130,6 +146,11 @@ class InstanceSerializer(serializers.ModelSerializer):
                 "help_text": "Stopped (never deleted) after this many idle minutes; 0 = off",
             },
         }
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_recovered_as(self, obj: Instance) -> str | None:
+        new = getattr(obj, "recovered_as", None)
+        return str(new.pk) if new is not None else None
 
     @extend_schema_field(serializers.BooleanField(allow_null=True))
     def get_hf_model_cached(self, obj: Instance) -> bool | None:
@@ -230,6 +251,12 @@ class IdlePolicySerializer(serializers.Serializer):
     )
 
 
+class AutoRecoverSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(
+        help_text="On: relaunched elsewhere when its host is lost; off: it waits for the host"
+    )
+
+
 class InstanceListQuerySerializer(serializers.Serializer):
     status = serializers.ChoiceField(
         choices=InstanceStatus.choices,
@@ -306,6 +333,12 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
         min_value=0,
         help_text="Stop after this many idle minutes (0 = never); default: the plan's",
     )
+    auto_recover = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="When its host is lost, relaunch it on another host from its newest "
+        "workspace snapshot (else empty); off: it waits for its host",
+    )
     volumes = VolumeMountSerializer(
         many=True,
         required=False,
@@ -352,4 +385,5 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "name": data.get("name", ""),
             "mount_model_cache": data.get("model_repo") == "huggingface",
             "idle_stop_minutes": data.get("idle_stop_minutes"),
+            "auto_recover": data.get("auto_recover", False),
         }

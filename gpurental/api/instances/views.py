@@ -32,6 +32,7 @@ from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.services.lifecycle import (
     instance_launch,
     instance_restart,
+    instance_set_auto_recover,
     instance_set_idle_policy,
     instance_start,
     instance_stop,
@@ -52,7 +53,7 @@ def _instance_action(summary: str):
 
 def instances_for(user, *, with_events: bool = True):
     """The instances ``user`` may see (staff: all), ready for the instance serializers."""
-    queryset = Instance.objects.select_related("gpu_model", "plan", "image", "host")
+    queryset = Instance.objects.select_related("gpu_model", "plan", "image", "host", "recovered_as")
     queryset = queryset.prefetch_related(
         Prefetch(
             "allocations",
@@ -279,6 +280,26 @@ class InstanceViewSet(
             instance=self.get_object(),
             minutes=form.validated_data["idle_stop_minutes"],
             actor=request.user,
+        )
+        return self._detail(instance)
+
+    @extend_schema(
+        summary="Turn auto-recover on or off",
+        description="On: when the instance's host is declared lost, it is relaunched on another "
+        "host with the same image and plan, its /workspace from its newest workspace snapshot "
+        "(else empty), and billed from when it runs there. Off: it waits for its host. "
+        "On-demand instances only.",
+        request=s.AutoRecoverSerializer,
+        responses={200: s.InstanceDetailSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    @action(detail=True, methods=["post"], url_path="auto-recover")
+    @idempotent
+    def auto_recover(self, request, pk=None):
+        form = s.AutoRecoverSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        instance = instance_set_auto_recover(
+            instance=self.get_object(), enabled=form.validated_data["enabled"], actor=request.user
         )
         return self._detail(instance)
 

@@ -47,6 +47,10 @@ from gpurental.rentals.services.lifecycle.hosts import (
     instance_remove_timeout,
     instance_stop_timeout,
 )
+from gpurental.rentals.services.lifecycle.recovery import (
+    instance_recover,
+    instance_set_auto_recover,
+)
 from gpurental.rentals.services.lifecycle.reports import (
     instance_report_failed,
     instance_report_progress,
@@ -72,12 +76,14 @@ __all__ = [
     "instance_mark_unreachable",
     "instance_mark_vanished",
     "instance_notice",
+    "instance_recover",
     "instance_remove_timeout",
     "instance_report_failed",
     "instance_report_progress",
     "instance_report_removed",
     "instance_report_running",
     "instance_report_stopped",
+    "instance_set_auto_recover",
     "instance_restart",
     "instance_set_idle_policy",
     "instance_start",

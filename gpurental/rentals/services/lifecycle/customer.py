@@ -83,6 +83,7 @@ def instance_launch(
     idle_stop_minutes: int | None = None,
     group=None,
     group_role: str = "",
+    auto_recover: bool = False,
     now: datetime | None = None,
 ) -> Instance:
     """Hold GPUs for a new instance and ask the host's agent to start it. A replica of an
@@ -137,6 +138,7 @@ def instance_launch(
             image_ref=image_ref,
             hf_model=hf_model,
             workspace_from=workspace_from,
+            auto_recover=auto_recover,
             idle_stop_minutes=plan.idle_stop_minutes
             if idle_stop_minutes is None
             else idle_stop_minutes,

@@ -12,6 +12,7 @@ the container running again; the GPUs stay held until the instance is lost.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from django.db import transaction
@@ -29,6 +30,8 @@ from gpurental.rentals.services.lifecycle.base import (
 )
 from gpurental.rentals.services.lifecycle.reports import launch_fail, remove_finish, stop_finish
 from gpurental.rentals.services.scheduling import gpus_release
+
+log = logging.getLogger(__name__)
 
 
 def _at(moment: datetime) -> str:
@@ -56,7 +59,8 @@ def instance_mark_unreachable(*, instance: Instance, last_beat: datetime, now: d
 def instance_mark_lost(*, instance: Instance, last_beat: datetime, now: datetime) -> None:
     """Its host has been silent past ``HOST_LOST_AFTER``: the GPUs go back to the pool.
     Nothing is removed: when the host returns, the container is stopped and the instance
-    becomes ``stopped`` with its /workspace."""
+    becomes ``stopped`` with its /workspace. An ``auto_recover`` instance is relaunched on
+    another host meanwhile (lifecycle.recovery)."""
     with transaction.atomic():
         instance = _lock(instance)
         why = f"host {instance.host.name} silent since {_at(last_beat)}"
@@ -74,6 +78,20 @@ def instance_mark_lost(*, instance: Instance, last_beat: datetime, now: datetime
             )
             gpus_release(instance=instance, at=now)
             notify_on_commit(instance, "instance_lost")
+            if instance.auto_recover:
+                pk = instance.pk
+                transaction.on_commit(lambda: _recover(pk, now))
+
+
+def _recover(instance_id, now: datetime) -> None:
+    """Relaunch an auto_recover instance elsewhere (lifecycle.recovery), once its loss is
+    committed; a failure there never undoes the loss."""
+    from gpurental.rentals.services.lifecycle.recovery import instance_recover
+
+    try:
+        instance_recover(instance_id=instance_id, now=now)
+    except Exception:
+        log.exception("auto-recover of instance %s failed", instance_id)
 
 
 def instance_host_back(
