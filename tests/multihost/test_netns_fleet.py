@@ -334,3 +334,52 @@ def test_an_own_image_saved_on_one_host_runs_on_another_with_a_volume_that_outli
     assert run(container, "cat /results/result.txt") == (0, "trained")
     assert run(container, "cat /workspace/notes.txt") == (0, "notes")
     lc.instance_terminate(instance=third, actor=alice)
+
+
+@pytest.mark.failover
+def test_a_lost_hosts_auto_recover_instance_runs_on_another_with_its_snapshots_files(
+    fleet, fleet_snapshots, catalog, alice, docker_client, settings
+):
+    """Issue 31, item 4: a customer marks an instance auto_recover and snapshots its
+    /workspace; its host is pulled (the agent gone, the host silent past HOST_LOST_AFTER);
+    the instance is relaunched on another host, where the snapshot's files are."""
+    from gpurental.volumes.models import Snapshot
+    from gpurental.volumes.snapshots import workspace_snapshot_create
+    from tests.agent.test_root_in_container import run
+
+    model, template = catalog
+    first = lc.instance_launch(
+        user=alice, image=template, gpu_model=model, gpu_count=1, auto_recover=True
+    )
+    first = wait_status(first, S.RUNNING, fleet)
+    container = docker_client.containers.get(f"gpurental-{first.pk}")
+    assert run(container, "echo weights-epoch-3 > /workspace/model.txt")[0] == 0
+    lc.instance_stop(instance=first, actor=alice)
+    wait_status(first, S.STOPPED, fleet)
+    snapshot = workspace_snapshot_create(instance=first, name="nightly", actor=alice)
+    wait_for(lambda: Snapshot.objects.get(pk=snapshot.pk).status != "saving", 60, "a snapshot")
+    assert Snapshot.objects.get(pk=snapshot.pk).status == "ready"
+    lc.instance_start(instance=first, actor=alice)
+    first = wait_status(first, S.RUNNING, fleet)
+
+    # Pull its host: the agent is gone; the others keep heart-beating every 5 s.
+    pulled = next(a for a in fleet if a.host.pk == first.host_id)
+    pulled.stop()
+    settings.HOST_OFFLINE_AFTER, settings.HOST_LOST_AFTER = 12, 15
+    wait_for(
+        lambda: fleet_reconcile() or Instance.objects.get(pk=first.pk).status == S.LOST,
+        60,
+        "its host to be declared lost",
+    )
+    new = Instance.objects.get(recovered_from=first)
+    new = wait_status(new, S.RUNNING, [a for a in fleet if a is not pulled])
+    assert new.host_id != first.host_id and new.auto_recover
+    assert new.workspace_from_id == snapshot.pk
+    container = docker_client.containers.get(f"gpurental-{new.pk}")
+    assert run(container, "cat /workspace/model.txt") == (0, "weights-epoch-3")
+    assert Instance.objects.get(pk=first.pk).status == S.LOST  # its files wait on its host
+    assert all(
+        h.status == "active" for h in Host.objects.exclude(pk=first.host_id)
+    )  # only the pulled host was lost
+    lc.instance_terminate(instance=new, actor=alice)
+    wait_status(new, S.TERMINATED, [a for a in fleet if a is not pulled])
