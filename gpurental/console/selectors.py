@@ -88,6 +88,9 @@ def instance_context(*, instance: Instance, viewer) -> dict:
             "start_without_gpus": not (
                 instance.reservation_id or instance.lease_id or instance.group_id
             ),
+            # Auto-recover: on-demand instances only (lifecycle.instance_set_auto_recover).
+            "auto_recover": not (instance.reservation_id or instance.lease_id or instance.group_id)
+            and instance.status not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "idle_policy": instance.status
             not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "restart": instance.status == InstanceStatus.RUNNING,

@@ -53,6 +53,11 @@ urlpatterns = [
     path("instances/<uuid:instance_id>/", views.instance_detail, name="instance"),
     path("instances/<uuid:instance_id>/open/", views.instance_open, name="instance_open"),
     path(
+        "instances/<uuid:instance_id>/auto-recover/",
+        views.instance_auto_recover,
+        name="instance_auto_recover",
+    ),
+    path(
         "instances/<uuid:instance_id>/idle-policy/",
         views.instance_idle_policy,
         name="instance_idle_policy",

@@ -200,6 +200,26 @@ def instance_action(request, instance_id, action):
 
 @login_required
 @require_POST
+def instance_auto_recover(request, instance_id):
+    """Auto-recover on or off: the same service as the API's."""
+    instance = _own_or_404(request, instance_id, operate=True)
+    enabled = request.POST.get("enabled") == "1"
+    try:
+        lifecycle.instance_set_auto_recover(instance=instance, enabled=enabled, actor=request.user)
+    except RentalError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            _("Auto-recover is on: if its host is lost, it runs again on another host.")
+            if enabled
+            else _("Auto-recover is off: if its host is lost, it waits for that host."),
+        )
+    return redirect("instance", instance_id=instance.pk)
+
+
+@login_required
+@require_POST
 def instance_idle_policy(request, instance_id):
     """Stop after N idle minutes (0 = off): the same service as the API's."""
     instance = _own_or_404(request, instance_id, operate=True)

@@ -163,3 +163,25 @@ def test_auto_recover_is_for_on_demand_instances_and_is_recorded(
     with pytest.raises(RentalError, match="only on-demand instances") as refused:
         lc.instance_set_auto_recover(instance=instance, enabled=True, actor=alice)
     assert refused.value.field == "auto_recover"
+
+
+def test_the_console_turns_it_on_and_off_for_the_owner_only(
+    client, alice, bob, image, a100, make_host, sent
+):
+    from django.urls import reverse
+
+    make_host("node1", a100)
+    instance = _running(alice, image, a100, timezone.now())
+    url = reverse("instance_auto_recover", args=[instance.pk])
+    client.force_login(alice)
+    page = client.get(reverse("instance", args=[instance.pk])).text
+    assert "off: if its host is lost, it waits for that host" in page and url in page
+    page = client.post(url, {"enabled": "1"}, follow=True).text
+    assert "Auto-recover is on" in page
+    assert "on: if its host is lost, it runs again on another host" in page
+    instance.refresh_from_db()
+    assert instance.auto_recover
+    client.force_login(bob)
+    assert client.post(url, {"enabled": "0"}).status_code == 404
+    instance.refresh_from_db()
+    assert instance.auto_recover
