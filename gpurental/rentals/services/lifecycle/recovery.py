@@ -97,7 +97,9 @@ def instance_recover(*, instance_id, now: datetime | None = None) -> Instance | 
     try:
         if instance.volumes.exists():
             raise RentalError(
-                f"its volumes are on host {lost_host}: it waits for that host to return"
+                _("its volumes are on host %(host)s: it waits for that host to return")
+                % {"host": lost_host},
+                field="volumes",
             )
         with transaction.atomic():
             new = instance_launch(
