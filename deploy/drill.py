@@ -149,8 +149,8 @@ def database_drill(deployment: Deployment, load: Load) -> dict:
     replica = stack.container("postgres-replica")
     probe = ["docker", "exec", replica, "pg_isready", "-q", "-h", "postgres", "-t", "1"]
     while misses < 3:  # the monitor: three failed probes, a second apart
-        answered = subprocess.run(probe, capture_output=True)
-        misses = 0 if answered.returncode == 0 else misses + 1
+        probed = subprocess.run(probe, capture_output=True)
+        misses = 0 if probed.returncode == 0 else misses + 1
         if misses < 3:
             time.sleep(1)
     detected = time.monotonic() - killed

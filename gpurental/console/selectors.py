@@ -85,11 +85,9 @@ def instance_context(*, instance: Instance, viewer) -> dict:
             and not instance.lease_id
             and snapshots_configured(),
             # No-GPU mode: on-demand instances only (lifecycle.instance_start).
-            "start_without_gpus": not (
-                instance.reservation_id or instance.lease_id or instance.group_id
-            ),
+            "start_without_gpus": instance.is_on_demand,
             # Auto-recover: on-demand instances only (lifecycle.instance_set_auto_recover).
-            "auto_recover": not (instance.reservation_id or instance.lease_id or instance.group_id)
+            "auto_recover": instance.is_on_demand
             and instance.status not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),
             "idle_policy": instance.status
             not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED),

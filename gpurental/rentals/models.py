@@ -149,6 +149,12 @@ class Instance(models.Model):
     def __str__(self) -> str:
         return self.name or f"instance {str(self.id)[:8]}"
 
+    @property
+    def is_on_demand(self) -> bool:
+        """Not bound to a reservation, a dedicated host or an elastic group: what no-GPU mode
+        and auto-recover are for (the DB checks above say the same)."""
+        return not (self.reservation_id or self.lease_id or self.group_id)
+
 
 class InstanceEvent(models.Model):
     """Append-only history of an instance: state transitions and progress steps."""

@@ -499,7 +499,7 @@ def _allocate_again(instance: Instance, now: datetime, *, same_gpus: bool = Fals
 
 def _no_gpu_mode_allowed(instance: Instance, now: datetime) -> None:
     """No-GPU mode is for an on-demand instance whose host answers, paid like a launch."""
-    if instance.reservation_id or instance.lease_id or instance.group_id:
+    if not instance.is_on_demand:
         what = (
             _("a reserved instance")
             if instance.reservation_id

@@ -37,7 +37,7 @@ def instance_set_auto_recover(
     now = now or timezone.now()
     with transaction.atomic():
         instance = _lock(instance)
-        if enabled and (instance.reservation_id or instance.lease_id or instance.group_id):
+        if enabled and not instance.is_on_demand:
             raise RentalError(
                 _(
                     "only on-demand instances can be relaunched elsewhere: a reservation or a "
