@@ -16,6 +16,7 @@ import threading
 import time
 
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from gpurental import protocol
 
@@ -25,6 +26,12 @@ log = logging.getLogger(__name__)
 # "running" leaves its launch unfinished): publishing waits for the broker up to about two
 # minutes. A heartbeat keeps Celery's short default: the next one follows.
 REPORT_RETRY = {"max_retries": 60, "interval_start": 0.5, "interval_step": 0.5, "interval_max": 2}
+# Kombu's retry covers a publish that fails; but a producer whose channel is opened while
+# the broker is down gives up after broker_connection_timeout (4 s) with OperationalError,
+# outside that retry (a RabbitMQ restart takes longer: tests/faults/test_rabbitmq_restart.py
+# lost the "running" of a launch that way). The reporter waits that out too, this long.
+REPORT_DEADLINE_S = 180.0
+REPORT_PAUSE_S = 1.0
 
 
 class ControlReporter:
@@ -43,6 +50,23 @@ class ControlReporter:
         return self.keys.sign
 
     def _send(self, name: str, expires: float | None = None, **payload) -> None:
+        """Publish one report; anything but a heartbeat waits for a broker that is down
+        (restarting) for up to ``REPORT_DEADLINE_S``, each try signed afresh."""
+        if name == protocol.HEARTBEAT:
+            self._publish(name, expires, payload)
+            return
+        deadline = time.monotonic() + REPORT_DEADLINE_S
+        while True:
+            try:
+                self._publish(name, expires, payload)
+                return
+            except OperationalError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("broker unreachable, %s tried again: %s", name, exc)
+                time.sleep(REPORT_PAUSE_S)
+
+    def _publish(self, name: str, expires: float | None, payload: dict) -> None:
         payload = {"host": self.host_name, "sent_at": time.time(), **payload}
         self.app.send_task(
             name,
