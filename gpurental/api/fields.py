@@ -92,3 +92,10 @@ class StorageMonthlyField(serializers.ReadOnlyField):
 
 
 extend_schema_field({"type": "string", "format": "decimal"})(StorageMonthlyField)
+
+
+def zone_of_host_field(what: str) -> serializers.CharField:
+    """The zone of the object's host, by name (null: its host is in none)."""
+    return serializers.CharField(
+        source="host.zone.name", read_only=True, allow_null=True, default=None, help_text=what
+    )

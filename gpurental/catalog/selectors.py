@@ -17,6 +17,7 @@ class CatalogRow:
     gpus_total: int
     gpus_free: int
     single: Plan | None  # the 1-GPU plan: its prices are per GPU-hour
+    zones: tuple = ()  # rentals.selectors.ZoneFree, per zone
 
     @property
     def hourly_rate_per_gpu(self) -> Decimal | None:
@@ -24,7 +25,8 @@ class CatalogRow:
 
 
 def catalog_rows(*, interconnect: str = "", min_vram: str = "", q: str = "") -> list[CatalogRow]:
-    from gpurental.rentals.selectors import free_gpus  # rentals builds on catalog, not the reverse
+    # rentals builds on catalog, not the reverse
+    from gpurental.rentals.selectors import free_gpus, zone_availability
 
     models = GPUModel.objects.annotate(
         gpus_total=Count("gpus", filter=Q(gpus__is_enabled=True), distinct=True)
@@ -40,7 +42,8 @@ def catalog_rows(*, interconnect: str = "", min_vram: str = "", q: str = "") -> 
     for model in models:
         single = next((p for p in model.plans.all() if p.is_active and p.gpu_count == 1), None)
         free = sum(len(h.free) for h in free_gpus(gpu_model=model, now=now))
-        rows.append(CatalogRow(model, model.gpus_total, free, single))
+        zones = tuple(zone_availability(gpu_model=model, now=now))
+        rows.append(CatalogRow(model, model.gpus_total, free, single, zones))
     return rows
 
 

@@ -174,6 +174,7 @@ class Client(GroupsMixin, PaymentsMixin):
         name: str | None = None,
         idle_stop_minutes: int | None = None,
         auto_recover: bool = False,
+        zone: str | None = None,
     ) -> Instance:
         """Launch an instance and return it (``pending``); ``connect()`` waits for it.
 
@@ -193,7 +194,8 @@ class Client(GroupsMixin, PaymentsMixin):
         ``idle_stop_minutes`` stops it after that many idle
         minutes (0: never; default: the plan's). ``auto_recover``: if its host is lost, it
         is relaunched on another host from its newest workspace snapshot (see
-        ``set_auto_recover``).
+        ``set_auto_recover``). ``zone`` ("cn-east-1a", from ``gpu_models()``' ``zones``)
+        places it only on a host in that zone.
         """
         if plan and gpu_type:
             raise ValueError("pass either gpu_type= (with gpu_count=) or plan=, not both")
@@ -219,6 +221,8 @@ class Client(GroupsMixin, PaymentsMixin):
             body["idle_stop_minutes"] = idle_stop_minutes
         if auto_recover:
             body["auto_recover"] = True
+        if zone:
+            body["zone"] = zone
         if volumes:
             body["volumes"] = [{"volume": v, "mount_path": p} for v, p in volumes.items()]
         if workspace_from is not None:

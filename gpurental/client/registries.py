@@ -193,8 +193,13 @@ class Volumes:
     def list(self) -> list[Volume]:
         return [Volume.from_api(item) for item in self._client._list("volumes/")]
 
-    def create(self, name: str, size_gb: int, host: str) -> Volume:
-        body = {"name": name, "size_gb": size_gb, "host": host}
+    def create(
+        self, name: str, size_gb: int, host: str | None = None, *, zone: str | None = None
+    ) -> Volume:
+        """A volume on ``host``, or in ``zone`` (on a host the platform picks there)."""
+        if bool(host) == bool(zone):
+            raise ValueError("pass either host= or zone=")
+        body = {"name": name, "size_gb": size_gb, **({"host": host} if host else {"zone": zone})}
         return Volume.from_api(self._client._request("POST", "volumes/", json_body=body))
 
     def delete(self, volume: Volume | str) -> None:

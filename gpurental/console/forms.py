@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy, pgettext
 from gpurental.accounts.models import CUSTOMER_SCOPES, ApiKeyScope, User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import image_resolve
+from gpurental.fleet.models import Zone
 from gpurental.images.services import ImageRefused, custom_image_resolved
 from gpurental.modelcache.selectors import models_offered
 from gpurental.volumes.models import Snapshot, SnapshotStatus, VolumeStatus
@@ -111,6 +112,14 @@ class LaunchForm(forms.Form):
             "Optional: a snapshot of another instance's /workspace; this one starts with its files"
         ),
     )
+    zone = forms.ModelChoiceField(
+        queryset=Zone.objects.all(),
+        to_field_name="name",
+        required=False,
+        empty_label=gettext_lazy("any zone"),
+        label=gettext_lazy("Zone"),
+        help_text=gettext_lazy("Optional: run only on a host in this zone"),
+    )
     name = forms.CharField(
         max_length=100,
         required=False,
@@ -121,6 +130,8 @@ class LaunchForm(forms.Form):
     def __init__(self, *args, account=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.account = account  # whose saved images the own-image field may name
+        if not Zone.objects.exists():  # a fleet without zones: nothing to choose
+            del self.fields["zone"]
         self.fields["model"].choices = [("", _("none"))] + [(m, m) for m in models_offered()]
         free = [
             (v.name, f"{v.name} ({v.size_gb} GB, {v.host.name})")

@@ -147,6 +147,7 @@ def launch(request):
                 if data.get("volume")
                 else None,
                 workspace_from=data.get("workspace_from"),
+                zone=data.get("zone"),
             )
         except RentalError as exc:
             field = "volume" if exc.field == "volumes" else exc.field

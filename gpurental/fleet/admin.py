@@ -6,7 +6,7 @@ from django.utils.html import format_html
 
 from gpurental.accounts.admin_mixins import AuditedAdmin
 from gpurental.fleet import lifecycle, topology
-from gpurental.fleet.models import GPU, Host, HostStatus
+from gpurental.fleet.models import GPU, Host, HostStatus, Zone
 from gpurental.fleet.services import host_join_command, host_rotate_token
 
 
@@ -14,6 +14,22 @@ class GPUInline(admin.TabularInline):
     model = GPU
     extra = 0
     fields = ["index", "model", "uuid", "memory_mb", "nvlink_peers", "is_enabled"]
+
+
+@admin.register(Zone)
+class ZoneAdmin(AuditedAdmin):
+    """Zones and regions (``fleet.zones``): set a host's zone on its page."""
+
+    list_display = ["name", "region", "label", "host_count"]
+    list_filter = ["region"]
+    search_fields = ["name", "region", "label"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(n_hosts=Count("hosts"))
+
+    @admin.display(description="Hosts", ordering="n_hosts")
+    def host_count(self, obj) -> int:
+        return obj.n_hosts
 
 
 @admin.register(Host)
@@ -25,13 +41,14 @@ class HostAdmin(AuditedAdmin):
     list_display = [
         "name",
         "address",
+        "zone",
         "status",
         "gpu_source",
         "runtime",
         "gpu_total",
         "heartbeat_age",
     ]
-    list_filter = ["status", "gpu_source", "runtime"]
+    list_filter = ["status", "zone", "gpu_source", "runtime"]
     search_fields = ["name", "address"]
     readonly_fields = [
         "last_heartbeat_at",

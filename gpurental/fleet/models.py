@@ -22,6 +22,22 @@ class GPUSource(models.TextChoices):
     SIMULATED = "simulated", "Simulated"
 
 
+class Zone(models.Model):
+    """A failure domain: hosts that share a building, power or network. Zones group into
+    regions. Placement, volumes and elastic groups name zones (``fleet.zones``)."""
+
+    name = models.SlugField(max_length=63, unique=True, help_text="e.g. cn-east-1a")
+    region = models.SlugField(max_length=63, help_text="e.g. cn-east-1")
+    label = models.CharField(max_length=100, blank=True, help_text="Shown to customers")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["region", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Host(models.Model):
     """A GPU server running the agent. It joins with a token (stored hashed)."""
 
@@ -34,6 +50,14 @@ class Host(models.Model):
         help_text="Public address customers reach JupyterLab on",
     )
     status = models.CharField(max_length=16, choices=HostStatus.choices, default=HostStatus.ACTIVE)
+    zone = models.ForeignKey(
+        Zone,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="hosts",
+        help_text="Its failure domain; a launch that names a zone is placed only there",
+    )
     gpu_source = models.CharField(
         max_length=16, choices=GPUSource.choices, default=GPUSource.SIMULATED
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -29,13 +30,15 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from gpurental.catalog.models import GPUModel, ImageTemplate
+from gpurental.fleet.models import Zone
+from gpurental.fleet.zones import UnknownZone, zone_named
 from gpurental.groups import autoscaler, specs
 from gpurental.groups.events import publish_group_changed, publish_group_frame
 from gpurental.groups.keys import endpoint_key_new
 from gpurental.groups.models import Group, GroupEvent, LoadSample, ScalingRule
 from gpurental.groups.selectors import group_frame
 from gpurental.rentals.events import state_redis
-from gpurental.rentals.exceptions import RentalError
+from gpurental.rentals.exceptions import NoCapacity, RentalError
 from gpurental.rentals.models import Instance, InstanceStatus
 from gpurental.rentals.services import lifecycle
 
@@ -107,6 +110,11 @@ def group_catalog(spec: specs.Spec):
             % {"port": port, "image": image.slug, "declared": ", ".join(map(str, declared))},
             field="port",
         )
+    for i, name in enumerate(spec.zones):
+        try:
+            zone_named(name)
+        except UnknownZone as exc:
+            raise specs.SpecError(exc.message, field=f"zones[{i}]") from exc
     return image, plan, port
 
 
@@ -482,26 +490,61 @@ def _roll_out(group: Group, replicas: Replicas, desired: int, now) -> bool:
     return changed or bool(drain)
 
 
+def _zone_order(group: Group) -> list[Zone | None]:
+    """The spec's zones, the one with the fewest live replicas first (then in the spec's
+    order): a group spreads over its zones. [None] when it names none (anywhere)."""
+    names = group.spec.get("zones") or []
+    if not names:
+        return [None]
+    zones = {zone.name: zone for zone in Zone.objects.filter(name__in=names)}
+    live = group.replicas.filter(status__in=LIVE, zone__isnull=False)
+    used = Counter(live.values_list("zone__name", flat=True))
+    ordered = [zones[name] for name in names if name in zones]
+    return sorted(ordered, key=lambda zone: used[zone.name]) or [None]
+
+
+def _launch_replica(group: Group, *, role: str, suffix: str, now) -> Instance:
+    """A new replica in the least-used of the group's zones; the next zone when that one
+    has no capacity (NoCapacity from the last one tried)."""
+    zones = _zone_order(group)
+    for tried, zone in enumerate(zones, start=1):
+        try:
+            return lifecycle.instance_launch(
+                user=group.user,
+                image=group.image,
+                plan=group.plan,
+                name=f"{group.name}-{suffix}",
+                idle_stop_minutes=0,
+                group=group,
+                group_role=role,
+                zone=zone,
+                now=now,
+            )
+        except NoCapacity:
+            if tried == len(zones):
+                raise
+    raise AssertionError("unreachable: _zone_order is never empty")
+
+
+def _promote_first(replicas: Replicas) -> Instance:
+    """The warm replica to promote: one in the zone with the fewest serving replicas."""
+    serving = Counter(r.zone_id for r in [*replicas.ready, *replicas.starting])
+    best = min(replicas.warm, key=lambda r: serving[r.zone_id] if r.zone_id else 0)
+    replicas.warm.remove(best)
+    return best
+
+
 def _scale_out(group: Group, replicas: Replicas, count: int, now) -> bool:
     changed = False
     for _attempt in range(count):
         try:
             if replicas.warm:
-                replica = replicas.warm.pop(0)
+                replica = _promote_first(replicas)
                 # Its kept container, on its GPUs when they are free: no image or creation step.
                 lifecycle.instance_start(instance=replica, now=now, same_run=True)
                 _set_role(group, replica, "serving", "promoted from the warm pool", now)
             else:
-                replica = lifecycle.instance_launch(
-                    user=group.user,
-                    image=group.image,
-                    plan=group.plan,
-                    name=f"{group.name}-replica",
-                    idle_stop_minutes=0,
-                    group=group,
-                    group_role="serving",
-                    now=now,
-                )
+                replica = _launch_replica(group, role="serving", suffix="replica", now=now)
                 _event(
                     group, GroupEvent.Kind.REPLICA, f"{str(replica.pk)[:8]} launched (cold)", now
                 )
@@ -572,16 +615,7 @@ def _keep_warm_pool(group: Group, replicas: Replicas, now) -> bool:
     have = len(replicas.warm) + len(replicas.filling)
     for _attempt in range(group.warm_pool_size - have):
         try:
-            replica = lifecycle.instance_launch(
-                user=group.user,
-                image=group.image,
-                plan=group.plan,
-                name=f"{group.name}-warm",
-                idle_stop_minutes=0,
-                group=group,
-                group_role="warm",
-                now=now,
-            )
+            replica = _launch_replica(group, role="warm", suffix="warm", now=now)
         except RentalError as exc:
             _event(group, GroupEvent.Kind.BLOCKED, f"warm pool refill blocked: {exc.message}", now)
             break

@@ -20,7 +20,8 @@ port replicas serve on; default the image's first declared HTTP port), ``gpu_cou
 (default 1), ``instance_type`` at the top level, more ``scaling_metrics`` blocks
 (``queue``, with a threshold of requests per replica), ``schedule`` blocks
 (``cron`` and ``min_nodes``), ``cooldown { scale_up = 30, scale_down = 300 }`` (seconds),
-``prewarm_lead_minutes``, ``max_concurrency`` and ``queue_size``. In JSON and YAML the
+``prewarm_lead_minutes``, ``max_concurrency``, ``queue_size`` and ``zones`` (a list of
+zone names: replicas are spread over them, the fewest-used zone first). In JSON and YAML the
 name is a ``name`` key beside them.
 
 Every problem is a ``SpecError`` naming the field (``scaling_metrics[0].metric``) and the
@@ -56,6 +57,7 @@ KNOWN_KEYS = {
     "prewarm_lead_minutes",
     "max_concurrency",
     "queue_size",
+    "zones",
 }
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,49}$")
 
@@ -93,6 +95,7 @@ class Spec:
     prewarm_lead_minutes: int = 15
     max_concurrency: int = 4
     queue_size: int = 100
+    zones: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """The normalised spec, in the vocabulary it was written in (JSON-ready)."""
@@ -114,6 +117,7 @@ class Spec:
             "prewarm_lead_minutes": self.prewarm_lead_minutes,
             "max_concurrency": self.max_concurrency,
             "queue_size": self.queue_size,
+            **({"zones": list(self.zones)} if self.zones else {}),
         }
 
 
@@ -236,6 +240,19 @@ def _blocks(data: dict, key: str) -> list[dict]:
     return value
 
 
+def _zones(value) -> list[str]:
+    """A list of distinct zone names (whether each exists is the catalog's to say)."""
+    if not isinstance(value, list):
+        raise SpecError(_('a list of zone names, e.g. ["zone-a", "zone-b"]'), field="zones")
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name or name in value[:i]:
+            raise SpecError(
+                _("%(name)r is not a zone name, or is named twice") % {"name": name},
+                field=f"zones[{i}]",
+            )
+    return list(value)
+
+
 def check(raw: dict) -> Spec:
     """Check a raw spec against every rule; the normalised Spec, or SpecError."""
     unknown = sorted(set(raw) - KNOWN_KEYS)
@@ -288,6 +305,7 @@ def check(raw: dict) -> Spec:
         max_concurrency=_int(raw, "max_concurrency", 4, low=1, high=1000),
         queue_size=_int(raw, "queue_size", 100, low=0, high=100_000),
     )
+    spec.zones = _zones(raw.get("zones", []))
     if spec.min_replicas > spec.max_replicas:
         raise SpecError(
             _("min_nodes (%(min)s) is more than max_nodes (%(max)s)")

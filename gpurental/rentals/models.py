@@ -39,6 +39,10 @@ class Instance(models.Model):
     host = models.ForeignKey(
         "fleet.Host", null=True, blank=True, on_delete=models.PROTECT, related_name="instances"
     )
+    # The zone the launch asked for (None: any); placed there again when it moves or recovers.
+    zone = models.ForeignKey(
+        "fleet.Zone", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     reservation = models.ForeignKey(
         "rentals.Reservation",
         null=True,

@@ -92,6 +92,46 @@ def free_gpus(
     return _by_host(rows)
 
 
+@dataclass(frozen=True)
+class ZoneFree:
+    """A GPU model's capacity in one zone: enabled GPUs on its active hosts, and those free
+    now on the ones that take launches."""
+
+    zone: str
+    region: str
+    label: str
+    gpus_free: int
+    gpus_total: int
+
+
+def zone_availability(*, gpu_model: GPUModel, now: datetime) -> list[ZoneFree]:
+    """Per zone (by region, then name), the GPUs of ``gpu_model``; zones with none are left
+    out, and so are hosts in no zone."""
+    free_on = {h.host_id: len(h.free) for h in free_gpus(gpu_model=gpu_model, now=now)}
+    rows = (
+        GPU.objects.filter(
+            model=gpu_model,
+            is_enabled=True,
+            host__status=HostStatus.ACTIVE,
+            host__zone__isnull=False,
+        )
+        .values("host_id", "host__zone__name", "host__zone__region", "host__zone__label")
+        .annotate(n=Count("pk"))
+    )
+    zones: dict[str, list] = {}
+    for row in rows:
+        key = row["host__zone__name"]
+        zone = zones.setdefault(key, [row["host__zone__region"], row["host__zone__label"], 0, 0])
+        zone[2] += free_on.get(row["host_id"], 0)
+        zone[3] += row["n"]
+    return [
+        ZoneFree(name, region, label, free, total)
+        for name, (region, label, free, total) in sorted(
+            zones.items(), key=lambda z: (z[1][0], z[0])
+        )
+    ]
+
+
 def best_hosts(
     *,
     gpu_model: GPUModel,

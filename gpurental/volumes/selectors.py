@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.db.models import Count, Q
+
+from gpurental.fleet.models import Host, HostStatus
 from gpurental.volumes.models import Volume, VolumeStatus
 
 
@@ -9,7 +12,7 @@ def volumes_of(*, account):
     return (
         Volume.objects.filter(account=account)
         .exclude(status=VolumeStatus.DELETED)
-        .select_related("host", "instance")
+        .select_related("host__zone", "instance")
     )
 
 
@@ -21,3 +24,11 @@ def volumes_mounted(*, instance) -> list[dict]:
             "mount_path"
         )
     ]
+
+
+def host_for_volume(zone) -> Host | None:
+    """Where a new volume in ``zone`` lives: the active host there holding the fewest live
+    volumes (then by name); None when the zone has no active host."""
+    live = Q(volumes__status__in=[VolumeStatus.RESTORING, VolumeStatus.AVAILABLE])
+    hosts = Host.objects.filter(zone=zone, status=HostStatus.ACTIVE)
+    return hosts.annotate(n=Count("volumes", filter=live)).order_by("n", "name").first()

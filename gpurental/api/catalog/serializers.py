@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from django.db.models import Q
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpurental.api.fields import CurrencyField, LocalTimeField, StorageMonthlyField, money_field
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
 from gpurental.catalog.selectors import ResolvedImage, image_names_offered, image_resolve
 from gpurental.images.services import ImageRefused, custom_image_resolved
-from gpurental.rentals.selectors import free_gpus
+from gpurental.rentals.selectors import free_gpus, zone_availability
 from gpurental.storage.models import StoredKind
 
 
@@ -21,11 +22,23 @@ def _slug() -> serializers.CharField:
     return serializers.CharField(read_only=True)
 
 
+class ZoneFreeSerializer(serializers.Serializer):
+    zone = serializers.CharField()
+    region = serializers.CharField()
+    label = serializers.CharField()
+    gpus_free = serializers.IntegerField(help_text="Free now on its hosts that take launches")
+    gpus_total = serializers.IntegerField(help_text="Enabled on its active hosts")
+
+
 class GPUModelSerializer(serializers.ModelSerializer):
     slug = _slug()
     gpus_total = serializers.IntegerField(read_only=True, help_text="Enabled GPUs in the fleet")
     gpus_free = serializers.SerializerMethodField(
         help_text="GPUs free right now on hosts that take new launches"
+    )
+    zones = serializers.SerializerMethodField(
+        help_text="The same per zone (launch with `zone` to pick one); empty when no host "
+        "is in a zone"
     )
 
     class Meta:
@@ -43,7 +56,13 @@ class GPUModelSerializer(serializers.ModelSerializer):
             "nvlink_bandwidth_gbs",
             "gpus_total",
             "gpus_free",
+            "zones",
         ]
+
+    @extend_schema_field(ZoneFreeSerializer(many=True))
+    def get_zones(self, obj: GPUModel) -> list[dict]:
+        zones = zone_availability(gpu_model=obj, now=self.context["now"])
+        return ZoneFreeSerializer(zones, many=True).data
 
     def get_gpus_free(self, obj: GPUModel) -> int:
         hosts = free_gpus(gpu_model=obj, now=self.context["now"])

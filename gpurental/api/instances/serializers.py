@@ -10,8 +10,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpurental.api.catalog.serializers import GpuChoiceSerializer, launch_image_resolved
+from gpurental.api.fields import zone_of_host_field
 from gpurental.api.volumes.serializers import VolumeMountSerializer
 from gpurental.catalog.selectors import ResolvedImage
+from gpurental.fleet.zones import UnknownZone, zone_named
 from gpurental.gateway import routes
 from gpurental.gateway.sshroutes import ssh_access
 from gpurental.modelcache.selectors import host_has_model
@@ -67,6 +69,7 @@ class InstanceSerializer(serializers.ModelSerializer):
     plan = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     image = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    zone = zone_of_host_field("The zone of its host, or null")
     image_ref = serializers.CharField(
         read_only=True,
         help_text="Your own image's reference when the launch named one (run with the "
@@ -114,6 +117,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "hf_model",
             "hf_model_cached",
             "host",
+            "zone",
             "gpu_indices",
             "without_gpus",
             "created_at",
@@ -339,6 +343,12 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
         help_text="When its host is lost, relaunch it on another host from its newest "
         "workspace snapshot (else empty); off: it waits for its host",
     )
+    zone = serializers.CharField(
+        max_length=63,
+        required=False,
+        help_text="Run only on a host in this zone (the catalog's `zones`); if its host is "
+        "lost, auto-recover relaunches it in this zone, else in another of its region",
+    )
     volumes = VolumeMountSerializer(
         many=True,
         required=False,
@@ -356,6 +366,12 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
     def validate_image(self, value: str) -> ResolvedImage:
         request = self.context.get("request")
         return launch_image_resolved(value, account=account_of(request) if request else None)
+
+    def validate_zone(self, value: str):
+        try:
+            return zone_named(value)
+        except UnknownZone as exc:
+            raise serializers.ValidationError(exc.message) from exc
 
     def validate_workspace_from(self, value: str):
         from gpurental.volumes.models import Snapshot, SnapshotStatus
@@ -386,4 +402,5 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "mount_model_cache": data.get("model_repo") == "huggingface",
             "idle_stop_minutes": data.get("idle_stop_minutes"),
             "auto_recover": data.get("auto_recover", False),
+            "zone": data.get("zone"),
         }

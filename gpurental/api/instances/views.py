@@ -53,7 +53,9 @@ def _instance_action(summary: str):
 
 def instances_for(user, *, with_events: bool = True):
     """The instances ``user`` may see (staff: all), ready for the instance serializers."""
-    queryset = Instance.objects.select_related("gpu_model", "plan", "image", "host", "recovered_as")
+    queryset = Instance.objects.select_related(
+        "gpu_model", "plan", "image", "host__zone", "recovered_as"
+    )
     queryset = queryset.prefetch_related(
         Prefetch(
             "allocations",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
-from gpurental.api.fields import CurrencyField, StorageMonthlyField
+from gpurental.api.fields import CurrencyField, StorageMonthlyField, zone_of_host_field
 from gpurental.storage.models import StoredKind
 from gpurental.storage.services import gb_of
 from gpurental.volumes.models import Snapshot, Volume
@@ -13,6 +13,7 @@ from gpurental.volumes.models import Snapshot, Volume
 
 class VolumeSerializer(serializers.ModelSerializer):
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    zone = zone_of_host_field("Its host's zone (null: none): instances that mount it run there")
     instance = serializers.UUIDField(
         source="instance_id", read_only=True, help_text="The instance it was last mounted in"
     )
@@ -35,6 +36,7 @@ class VolumeSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "host",
+            "zone",
             "size_gb",
             "used_bytes",
             "measured_at",
@@ -56,15 +58,34 @@ class VolumeSerializer(serializers.ModelSerializer):
         return in_use(obj)
 
 
-class VolumeCreateSerializer(serializers.Serializer):
+class WhereSerializer(serializers.Serializer):
+    """Where a new volume lives: a host, or a zone (the platform picks a host in it)."""
+
+    host = serializers.CharField(
+        max_length=64,
+        required=False,
+        help_text="The host it lives on (an instance's `host`); instances that mount it run "
+        "there. Give this or zone",
+    )
+    zone = serializers.CharField(
+        max_length=63,
+        required=False,
+        help_text="Or a zone (catalog's `zones`): it lives on an active host there",
+    )
+
+    def validate(self, data):
+        if ("host" in data) == ("zone" in data):
+            raise serializers.ValidationError(
+                {"host": [_("name a host or a zone, not both nor neither")]}
+            )
+        return data
+
+
+class VolumeCreateSerializer(WhereSerializer):
     name = serializers.CharField(
         max_length=63, help_text="Lowercase letters, digits, '.', '_', '-'"
     )
     size_gb = serializers.IntegerField(min_value=1, max_value=16384)
-    host = serializers.CharField(
-        max_length=64,
-        help_text="The host it lives on (an instance's `host`); instances that mount it run there",
-    )
 
 
 class VolumeResizeSerializer(serializers.Serializer):
@@ -133,8 +154,7 @@ class SnapshotCreateSerializer(serializers.Serializer):
         return data
 
 
-class SnapshotRestoreSerializer(serializers.Serializer):
-    host = serializers.CharField(max_length=64, help_text="The host the new volume lives on")
+class SnapshotRestoreSerializer(WhereSerializer):
     name = serializers.CharField(max_length=63, help_text="The new volume's name")
     size_gb = serializers.IntegerField(
         min_value=1,

@@ -16,10 +16,12 @@ from gpurental.api.idempotency import IDEMPOTENCY_KEY, idempotent
 from gpurental.api.lookups import OwnedMixin
 from gpurental.api.volumes import serializers as s
 from gpurental.fleet.selectors import host_named
+from gpurental.fleet.zones import UnknownZone, zone_named
 from gpurental.rentals.models import Instance
 from gpurental.teams.acting import account_of
 from gpurental.volumes import snapshots
 from gpurental.volumes.models import Snapshot, SnapshotStatus, Volume, VolumeStatus
+from gpurental.volumes.selectors import host_for_volume
 from gpurental.volumes.services import (
     VolumeRefused,
     is_uuid,
@@ -28,6 +30,25 @@ from gpurental.volumes.services import (
     volume_detach,
     volume_resize,
 )
+
+
+def _host_of(data: dict):
+    """The host a new volume goes to: the one named, or one picked in the zone named."""
+    if "zone" in data:
+        try:
+            zone = zone_named(data["zone"])
+        except UnknownZone as exc:
+            raise ValidationError({"zone": [exc.message]}) from exc
+        host = host_for_volume(zone)
+        if host is None:
+            raise ValidationError(
+                {"zone": [_("zone %(zone)s has no active host now") % {"zone": zone.name}]}
+            )
+        return host
+    host = host_named(data["host"])
+    if host is None:
+        raise ValidationError({"host": [_("there is no host %(host)s") % {"host": data["host"]}]})
+    return host
 
 
 @extend_schema(tags=["volumes"])
@@ -51,11 +72,11 @@ class VolumeViewSet(
             super()
             .get_queryset()
             .exclude(status=VolumeStatus.DELETED)
-            .select_related("host", "instance")
+            .select_related("host__zone", "instance")
         )
 
     @extend_schema(
-        summary="Create a volume on a host",
+        summary="Create a volume on a host, or in a zone",
         request=s.VolumeCreateSerializer,
         responses={201: s.VolumeSerializer},
         parameters=[IDEMPOTENCY_KEY],
@@ -65,11 +86,7 @@ class VolumeViewSet(
         form = s.VolumeCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        host = host_named(data["host"])
-        if host is None:
-            raise ValidationError(
-                {"host": [_("there is no host %(host)s") % {"host": data["host"]}]}
-            )
+        host = _host_of(data)
         try:
             volume = volume_create(
                 account=account_of(request),
@@ -201,7 +218,7 @@ class SnapshotViewSet(
         return Response(s.SnapshotSerializer(snapshot).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        summary="Restore a ready snapshot into a new volume on a host",
+        summary="Restore a ready snapshot into a new volume on a host, or in a zone",
         request=s.SnapshotRestoreSerializer,
         responses={201: s.VolumeSerializer},
         parameters=[IDEMPOTENCY_KEY],
@@ -213,11 +230,7 @@ class SnapshotViewSet(
         form = s.SnapshotRestoreSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        host = host_named(data["host"])
-        if host is None:
-            raise ValidationError(
-                {"host": [_("there is no host %(host)s") % {"host": data["host"]}]}
-            )
+        host = _host_of(data)
         try:
             volume = snapshots.volume_restore(
                 snapshot=snapshot,

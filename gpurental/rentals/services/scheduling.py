@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet.models import GPU, Host
+from gpurental.fleet.models import GPU, Host, Zone
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import Allocation, Instance, Reservation
@@ -40,9 +40,12 @@ DEADLOCK_DETECTED = "40P01"
 
 
 def _no_capacity_message(
-    *, gpu_model: GPUModel, count: int, now: datetime, host: Host | None
+    *, gpu_model: GPUModel, count: int, now: datetime, host: Host | None, zone: Zone | None = None
 ) -> str:
-    free = selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=[host] if host else None)
+    hosts = [host] if host else None
+    if zone is not None and host is None:
+        hosts = selectors.schedulable_hosts(now=now).filter(zone=zone)
+    free = selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=hosts)
     total_free = sum(len(h.free) for h in free)
     largest = max(free, key=lambda h: len(h.free), default=None)
     model = gpu_model.short_name
@@ -51,6 +54,22 @@ def _no_capacity_message(
             _("no %(count)s× %(model)s free on host %(host)s")
             % {"count": count, "model": model, "host": host.name}
         ]
+    elif zone is not None:
+        parts = [
+            _("no %(count)s× %(model)s free in zone %(zone)s")
+            % {"count": count, "model": model, "zone": zone.name}
+        ]
+        elsewhere = selectors.free_gpus(
+            gpu_model=gpu_model,
+            now=now,
+            hosts=selectors.schedulable_hosts(now=now).exclude(zone=zone),
+        )
+        most = max((len(h.free) for h in elsewhere), default=0)
+        if most >= count:
+            parts.append(
+                _("other zones have %(most)s together; launch without a zone to take them")
+                % {"most": most}
+            )
     else:
         parts = [_("no %(count)s× %(model)s free on any host") % {"count": count, "model": model}]
     if total_free:
@@ -211,13 +230,20 @@ def gpus_allocate(
     count: int,
     now: datetime,
     host: Host | None = None,
+    zone: Zone | None = None,
     prefer=None,
 ) -> Proposal:
     """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity.
 
+    ``zone``: only hosts in it (unless ``host`` is given).
     ``prefer``: ids of hosts to try first (a subquery: those with the launch's model in
     their cache), each group in the usual order (``placement.preferred_first``)."""
-    hosts = [host] if host is not None else selectors.schedulable_hosts(now=now)
+    if host is not None:
+        hosts = [host]
+    else:
+        hosts = selectors.schedulable_hosts(now=now)
+        if zone is not None:
+            hosts = hosts.filter(zone=zone)
     period = selectors.from_now(now)
 
     def candidates(paged, seen):
@@ -235,7 +261,7 @@ def gpus_allocate(
     proposal = _hold(candidates, {"instance": instance}, period)
     if proposal is None:
         raise NoCapacity(
-            _no_capacity_message(gpu_model=gpu_model, count=count, now=now, host=host),
+            _no_capacity_message(gpu_model=gpu_model, count=count, now=now, host=host, zone=zone),
             field="gpu_count",
         )
     return proposal

@@ -30,6 +30,7 @@ def test_gpu_models_show_specs_and_free_gpus(as_bob, a100, make_host, launched):
         "nvlink_bandwidth_gbs": 600,
         "gpus_total": 10,  # 8 on node1 + 2 on the draining node2
         "gpus_free": 7,  # alice holds one on node1; draining hosts take nothing new
+        "zones": [],  # no host is in a zone (tests/fleet/test_zones.py)
     }
 
 

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from gpurental.accounts.models import User
 from gpurental.billing.services import metering, prepaid
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
-from gpurental.fleet.models import GPU, Host
+from gpurental.fleet.models import GPU, Host, Zone
 from gpurental.gateway import sshkeys
 from gpurental.images.selectors import hosts_with_image
 from gpurental.modelcache.selectors import host_has_model, hosts_with_model, models_offered
@@ -84,12 +84,14 @@ def instance_launch(
     group=None,
     group_role: str = "",
     auto_recover: bool = False,
+    zone: Zone | None = None,
     now: datetime | None = None,
 ) -> Instance:
     """Hold GPUs for a new instance and ask the host's agent to start it. A replica of an
     elastic group names its group and role (gpurental/groups/services.py launches them).
     ``workspace_from``: a snapshot of another instance's /workspace (volumes.snapshots),
     unpacked into this one's before its first start, on whatever host it lands on.
+    ``zone``: placed only on a host in that zone (fleet.zones); its volumes must be there.
 
     Raises QuotaExceeded, NoCapacity or RentalError; then nothing is created.
     """
@@ -121,8 +123,16 @@ def instance_launch(
                 workspace_source_check(snapshot=workspace_from, account=user, disk_gb=plan.disk_gb)
         except VolumeRefused as exc:
             raise RentalError(exc.message, field=exc.field) from exc
+        if zone is not None and mounts and mounts[0][0].host.zone_id != zone.pk:
+            volume = mounts[0][0]
+            raise RentalError(
+                _("volume %(name)s is in zone %(its)s, and the launch asks for zone %(zone)s")
+                % {"name": volume.name, "its": volume.host.zone or _("none"), "zone": zone.name},
+                field="zone",
+            )
         instance = Instance.objects.create(
             user=user,
+            zone=zone,
             name=name.strip()[:100],
             plan=plan,
             gpu_model=plan.gpu_model,
@@ -150,6 +160,7 @@ def instance_launch(
             count=plan.gpu_count,
             now=now,
             host=mounts[0][0].host if mounts else None,
+            zone=zone,
             prefer=_preferred_hosts(hf_model=hf_model, image_ref=image_ref),
         )
         for volume, path in mounts:
@@ -191,10 +202,15 @@ def instance_launch(
             model_note += f"; /workspace from snapshot {workspace_from.name}"
         _created(
             instance,
-            reason=f"launched on {instance.host.name}, GPUs {gpus}{alias}{model_note}",
+            reason=f"launched on {instance.host.name}{_in_zone(instance.host)}, GPUs {gpus}"
+            f"{alias}{model_note}",
             actor=user,
         )
     return instance
+
+
+def _in_zone(host: Host) -> str:
+    return f" in zone {host.zone.name}" if host.zone_id else ""
 
 
 def _preferred_hosts(*, hf_model: str, image_ref: str):

@@ -18,8 +18,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
+from gpurental.fleet.models import Zone
 from gpurental.notifications.services import notify
-from gpurental.rentals.exceptions import InvalidTransition, RentalError
+from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
 from gpurental.rentals.models import Instance
 from gpurental.rentals.models import InstanceStatus as S
 from gpurental.rentals.services.lifecycle.base import _lock, instance_notice
@@ -80,6 +81,39 @@ def recovery_snapshot(instance: Instance) -> Snapshot | None:
     return start if start is not None and start.status == SnapshotStatus.READY else None
 
 
+def recovery_zones(instance: Instance) -> list[Zone | None]:
+    """Where a lost instance is relaunched, in order: its zone, then the other zones of its
+    region (a zone's outage is what loses hosts together); anywhere if it named no zone."""
+    if instance.zone_id is None:
+        return [None]
+    others = Zone.objects.filter(region=instance.zone.region).exclude(pk=instance.zone_id)
+    return [instance.zone, *others.order_by("name")]
+
+
+def _relaunch(instance: Instance, snapshot: Snapshot | None, now: datetime) -> Instance:
+    zones = recovery_zones(instance)
+    for tried, zone in enumerate(zones, start=1):
+        try:
+            return instance_launch(
+                user=instance.user,
+                image=instance.image,
+                plan=instance.plan,
+                name=instance.name,
+                image_alias=instance.image_alias,
+                image_ref=instance.image_ref,
+                hf_model=instance.hf_model,
+                workspace_from=snapshot,
+                idle_stop_minutes=instance.idle_stop_minutes,
+                auto_recover=True,
+                zone=zone,
+                now=now,
+            )
+        except NoCapacity:  # rolled back (a savepoint): the next zone of the region
+            if tried == len(zones):
+                raise
+    raise AssertionError("unreachable: recovery_zones is never empty")
+
+
 def instance_recover(*, instance_id, now: datetime | None = None) -> Instance | None:
     """Relaunch a lost ``auto_recover`` instance elsewhere; the new instance, or None when
     there is nothing to do or it cannot be done (then the lost one's timeline and the
@@ -102,19 +136,7 @@ def instance_recover(*, instance_id, now: datetime | None = None) -> Instance | 
                 field="volumes",
             )
         with transaction.atomic():
-            new = instance_launch(
-                user=instance.user,
-                image=instance.image,
-                plan=instance.plan,
-                name=instance.name,
-                image_alias=instance.image_alias,
-                image_ref=instance.image_ref,
-                hf_model=instance.hf_model,
-                workspace_from=snapshot,
-                idle_stop_minutes=instance.idle_stop_minutes,
-                auto_recover=True,
-                now=now,
-            )
+            new = _relaunch(instance, snapshot, now)
             Instance.objects.filter(pk=new.pk).update(recovered_from=instance)
             source = (
                 f"/workspace from snapshot {snapshot.name} ({snapshot.ready_at:%Y-%m-%d %H:%M} UTC)"
@@ -123,7 +145,8 @@ def instance_recover(*, instance_id, now: datetime | None = None) -> Instance | 
             )
             instance_notice(
                 instance,
-                reason=f"host {lost_host} is lost: relaunched as {new.pk} on {new.host.name} "
+                reason=f"host {lost_host} is lost: relaunched as {new.pk} on {new.host.name}"
+                f"{' in zone ' + new.zone.name if new.zone_id else ''} "
                 f"with {source}; this instance's files stay on {lost_host}",
                 step="auto_recovered",
                 now=now,
