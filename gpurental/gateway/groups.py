@@ -16,6 +16,9 @@ For every request:
 4. Each replica's ``GET /healthz`` is probed every HEALTH_EVERY_S; UNHEALTHY_AFTER
    failures in a row take it off the balancer until it answers again. A new replica is
    probed at once and serves from its first good answer.
+5. A request whose replica failed before answering (refused, reset, closed: a replica
+   that died) goes to another one (``RETRIES``, ``REPEATABLE``), and the failed replica
+   is ejected at once: no new request goes to it until a probe passes again.
 
 The replica set comes from the database and is cached; it is dropped the moment the
 group (``gpurental:group-state:<id>``) or one of its replicas
@@ -60,7 +63,12 @@ REPORT_EVERY_S = 1.0
 FORGET_AFTER_S = 600.0  # a group with no request for this long is dropped from memory
 AUTH_TTL_S = 5.0  # an API key's answer is reused this long (revocation takes effect after)
 AUTH_CACHE_MAX = 10_000
-CONNECT_RETRIES = 2  # a replica that refuses the connection: try another this many times
+# A request that failed before any byte of an answer goes to another replica, this many
+# times: always when the connection was refused (nothing was sent); after it was sent only
+# for a method that is safe to repeat and has no body (Envoy's and nginx's rule:
+# connect-failure/reset, proxy_next_upstream).
+RETRIES = 3
+REPEATABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 CHUNK = 64 * 1024
 
 # Hop-by-hop headers: never passed on, either way (the instance gateway's too).
@@ -432,6 +440,21 @@ class GroupBalancer:
                     replica.failures,
                 )
 
+    def eject(self, replica: Replica, why: str) -> None:
+        """Passive health check: a replica that failed a request takes no new one until an
+        active probe (sent at once) passes."""
+        replica.failures = max(replica.failures, UNHEALTHY_AFTER)
+        replica.next_probe_at = 0.0
+        if replica.healthy:
+            replica.healthy = False
+            log.warning(
+                "group %s: replica %s ejected (%s) until a health check passes",
+                self.group_id,
+                replica.instance_id,
+                why,
+            )
+        self.poke.set()
+
     def report(self, now: float) -> dict:
         figures = self.window.report(now)
         figures["replicas"] = {
@@ -741,14 +764,16 @@ class GroupEndpoints:
             window.started(time.time())
             try:
                 response = await self._proxy(request, replica)
-            except _Refused:
+            except _Unanswered as exc:
                 window.left(time.time())
+                balancer.eject(replica, exc.why)
                 balancer.release(replica)
-                balancer.probed(replica, False)
                 attempts += 1
-                if attempts <= CONNECT_RETRIES:
+                if exc.repeatable and attempts <= RETRIES:
                     continue
                 window.completed(time.time(), None, error=True)
+                if not exc.repeatable:
+                    return _json_error(502, "The replica did not answer.")
                 return _json_error(502, "The group's replicas are not answering.")
             except BaseException:
                 ended = time.time()
@@ -782,12 +807,14 @@ class GroupEndpoints:
                 allow_redirects=False,
             )
         except aiohttp.ClientConnectorError as exc:
-            # Nothing was sent: another replica may take it.
+            # Nothing was sent: another replica may take it, whatever the method.
             log.info("group replica %s refused: %s", replica.instance_id, exc)
-            raise _Refused from exc
+            raise _Unanswered(f"refused: {exc}", repeatable=True) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            # Sent, and no byte of an answer came back (reset, closed: the replica died).
             log.info("group replica %s failed: %s", replica.instance_id, exc)
-            return _json_error(502, "The replica did not answer.")
+            repeatable = request.method in REPEATABLE and not request.body_exists
+            raise _Unanswered(f"failed: {exc!r}", repeatable=repeatable) from exc
         async with upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
@@ -803,5 +830,10 @@ class GroupEndpoints:
             return response
 
 
-class _Refused(Exception):
-    """The replica refused the connection: the request never left."""
+class _Unanswered(Exception):
+    """The replica gave no byte of an answer; ``repeatable``: another may take it."""
+
+    def __init__(self, why: str, *, repeatable: bool):
+        super().__init__(why)
+        self.why = why
+        self.repeatable = repeatable

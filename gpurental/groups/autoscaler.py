@@ -19,6 +19,8 @@ Each tick (GROUP_TICK_S), with R ready and P provisioning serving replicas:
   change, at most halving per decision; to zero only after scale_down_cooldown_s without
   any request.
 - A request waiting at zero replicas always asks for one.
+- A serving replica that is gone (its container died, its host is silent) is replaced at
+  once, cooldown or not.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Observed:
     waiting_now: int = 0  # requests held right now
     gpu_util: float | None = None  # mean % over ready replicas
     last_request_at: datetime | None = None
+    lost: int = 0  # serving replicas gone since the last look (stopped, failed, lost)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ def decide(rules: Rules, seen: Observed, history: History, now: datetime) -> Dec
         )
     if seen.waiting_now and current == 0:
         asks.append((1, f"{seen.waiting_now} request(s) waiting at zero replicas"))
+    if seen.lost:
+        # What was serving comes back at once (a warm replica first), cooldown or not.
+        asks.append((current + seen.lost, f"replacing {seen.lost} serving replica(s) gone"))
     needed = max((n for n, _ in asks), default=seen.ready)
     if not asks and current:
         needed = current  # no load rule: the floors decide
@@ -115,7 +121,7 @@ def decide(rules: Rules, seen: Observed, history: History, now: datetime) -> Dec
 
     if desired > current:
         cooling = _within(history.last_scale_up_at, rules.scale_up_cooldown_s, now)
-        if cooling and current > 0 and not panic:
+        if cooling and current > 0 and not panic and not seen.lost:
             return Decision(current, needed, f"holding at {current}: scale-out cooldown ({why})")
         step = max(2 * current, current + 4)
         if desired > step:

@@ -380,6 +380,12 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
                 [*replicas.ready, *_serving(replicas.outdated)], since=time.time() - 60
             ),
             last_request_at=datetime.fromtimestamp(last, tz=UTC) if last else None,
+            # Replicas that served and are gone; not a launch that failed (no retry storm).
+            lost=sum(
+                1
+                for r in replicas.broken
+                if r.group_role == "serving" and r.status in (S.STOPPED, S.LOST)
+            ),
         )
         recent, floor, prewarm = _history(group, now)
         history = autoscaler.History(

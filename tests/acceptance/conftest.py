@@ -29,6 +29,16 @@ def cpu_nominal(db):
     return NominalSpec.objects.get(is_cpu=True)
 
 
+def _listening(port: int) -> bool:
+    """Whether a socket listens on 127.0.0.1:``port`` (the kernel's table: no connection)."""
+    wanted = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as table:
+        return any(
+            line.split()[1] == wanted and line.split()[3] == "0A"  # 0A: LISTEN
+            for line in list(table)[1:]
+        )
+
+
 @pytest.fixture
 def iperf3_server():
     """A peer's ``iperf3 -s`` (Debian's iperf3), on loopback, for one test."""
@@ -42,13 +52,12 @@ def iperf3_server():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    # Wait until it listens, without connecting: iperf3 -s serves one client at a time and
+    # takes a probe's connection for a test, so the real client could be refused ("unable
+    # to receive control message: Connection reset by peer") while it drops the probe.
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    while time.monotonic() < deadline and not _listening(port):
+        time.sleep(0.05)
     yield port
     server.terminate()
     server.wait(timeout=10)

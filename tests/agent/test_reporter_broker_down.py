@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 from celery import Celery
-from kombu import Connection, Exchange, Queue
+from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
 
 from gpurental import protocol
 from gpurental.agent import reporter as reporter_module
 from gpurental.agent.reporter import ControlReporter
+from gpurental.celery_app import REPORTS
 from gpurental.testing.tcp_proxy import TcpProxy
 from tests.agent.conftest import skip_unless_ci
 
@@ -36,7 +37,7 @@ def reports_queue():
         if sock.connect_ex(RABBITMQ) != 0:
             skip_unless_ci("no RabbitMQ on 127.0.0.1:5672")
     host = f"down-{uuid.uuid4().hex[:8]}"
-    exchange = Exchange(protocol.REPORTS_EXCHANGE, type="direct", durable=True)
+    exchange = REPORTS.exchange  # the control plane's own declaration (a topic exchange)
     queue = Queue(
         f"test-{host}", exchange, routing_key=protocol.report_routing_key(host), auto_delete=False
     )

@@ -62,6 +62,7 @@ class Upstream:
         self.gate: asyncio.Event | None = None
         self.seen: list[dict] = []
         self.active = 0
+        self.transports: set = set()  # of the requests it holds: a test may reset them
         self.server: TestServer | None = None
 
     async def start(self) -> Upstream:
@@ -85,11 +86,13 @@ class Upstream:
             {"headers": dict(request.headers), "path": request.path_qs, "method": request.method}
         )
         self.active += 1
+        self.transports.add(request.transport)
         try:
             if self.gate is not None:
                 await self.gate.wait()
         finally:
             self.active -= 1
+            self.transports.discard(request.transport)
         return web.json_response({"replica": self.name, "body": body})
 
 
@@ -497,6 +500,53 @@ def test_an_unhealthy_replica_is_skipped_until_it_answers_again(group, alice_key
             finally:
                 await client.close()
                 for upstream in (sick, well):
+                    await upstream.server.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_replica_that_dies_mid_request_loses_no_get_and_is_ejected_at_once(group, alice_key):
+    """Its GETs in flight go to another replica (no byte of an answer had come back); a
+    POST in flight is not sent twice: it is a 502. No new request goes to the dead one."""
+
+    async def scenario():
+        one, two = await Upstream("one").start(), await Upstream("two").start()
+        rows = {"one": await db(add_replica, group, one), "two": await db(add_replica, group, two)}
+        async with running_gateway() as (gateway, base):
+            client = Client(base, group, alice_key)
+            try:
+                await replicas_ready(gateway, group, 2)
+                balancer = gateway.groups.balancers[str(group.pk)]
+                one.gate, two.gate = asyncio.Event(), asyncio.Event()
+                # A POST first: the replica it lands on is the one that dies, holding it and
+                # a GET (max_concurrency 2); the other holds two GETs.
+                post = asyncio.create_task(client.call("POST", data="once"))
+                await until(lambda: one.active + two.active == 1)
+                dying, well = (one, two) if one.active else (two, one)
+                gets = [asyncio.create_task(client.call()) for _ in range(3)]
+                await until(lambda: dying.active == 2 and well.active == 2)
+                # The container dies: its connections are reset, its port refuses.
+                for transport in list(dying.transports):
+                    transport.abort()
+                await dying.server.close()
+                dead = balancer.replicas[str(rows[dying.name].pk)]
+                await until(lambda: not dead.healthy, 5)
+                well.gate.set()
+                answers = await asyncio.gather(*gets)
+                assert [(status, body["replica"]) for status, _, body in answers] == [
+                    (200, well.name)
+                ] * 3
+                status, _, body = await post
+                assert (status, body) == (502, {"error": "The replica did not answer."})
+                assert [seen["method"] for seen in well.seen].count("POST") == 0  # not repeated
+                # Ejected: every new request goes to the live replica, none is lost.
+                for _ in range(4):
+                    status, _, body = await client.call()
+                    assert (status, body["replica"]) == (200, well.name)
+                assert not dead.healthy  # its probes fail
+            finally:
+                await client.close()
+                for upstream in (one, two):
                     await upstream.server.close()
 
     asyncio.run(scenario())

@@ -121,3 +121,13 @@ def test_prewarm_takes_the_median_of_the_same_slot_on_past_days():
     assert prewarm_floor(needs, NOW, lead) == 4
     assert prewarm_floor([], NOW, lead) == 0
     assert prewarm_floor(needs, NOW, 0) == 0
+
+
+def test_a_serving_replica_gone_is_replaced_at_once_even_within_the_cooldown():
+    cooling = History(last_scale_up_at=ago(5))
+    decision = decide(QUEUE, Observed(ready=1, provisioning=0, lost=1), cooling, NOW)
+    assert decision.desired == 2
+    assert decision.reason == "1 → 2: replacing 1 serving replica(s) gone"
+    # Without a loss the same cooldown holds a scale-out back.
+    held = decide(QUEUE, Observed(ready=1, provisioning=0, inflight=8), cooling, NOW)
+    assert held.desired == 1 and held.reason.startswith("holding at 1: scale-out cooldown")

@@ -316,3 +316,39 @@ def test_a_rollout_held_back_by_the_quota_makes_room_one_replica_at_a_time(
     assert any("quota" in e for e in events(group, "blocked"))
     assert [r.pk for r in replicas(group, role="draining")] == [old[0].pk]
     assert Instance.objects.get(pk=old[1].pk).group_role == "serving"
+
+
+def test_a_serving_replica_that_dies_is_replaced_by_a_warm_one_at_once(
+    alice, serving_image, host, sent, monkeypatch, django_capture_on_commit_callbacks
+):
+    from gpurental.groups.tasks import GROUP_TICK
+    from gpurental.rentals import hostcalls
+
+    group = apply(alice, min_nodes=1, max_nodes=3, warm_pool={"size": 1, "instance_type": "A100"})
+    services.group_tick(group_id=group.pk)
+    (serving,), (warm,) = replicas(group, role="serving"), replicas(group, role="warm")
+    run(serving)
+    run(warm)
+    services.group_tick(group_id=group.pk)  # the warm one is parked
+    stopped(warm)
+    # It scaled out a moment ago: a scale-out now would wait for the cooldown.
+    Group.objects.filter(pk=group.pk).update(last_scale_up_at=timezone.now())
+
+    woken = []
+    record = hostcalls.app.send_task
+    monkeypatch.setattr(
+        hostcalls.app,
+        "send_task",
+        lambda name, **kw: woken.append(kw["kwargs"]) if name == GROUP_TICK else record(name, **kw),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        # Its container exited behind the platform's back (the agent's container list).
+        lifecycle.instance_mark_vanished(instance=serving, state="exited", now=timezone.now())
+    assert woken == [{"group_id": str(group.pk)}]  # the group looks now, not at its next round
+
+    decision = services.group_tick(group_id=group.pk)
+    assert "replacing 1 serving replica(s) gone" in decision.reason
+    warm.refresh_from_db()
+    assert (warm.group_role, warm.status) == ("serving", "pending")  # promoted, cooldown or not
+    serving.refresh_from_db()
+    assert serving.status in ("terminating", "terminated")

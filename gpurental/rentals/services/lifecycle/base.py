@@ -6,6 +6,7 @@ its own, so there is no table of everything allowed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -19,7 +20,9 @@ from gpurental.rentals.events import publish_instance_event
 from gpurental.rentals.exceptions import InvalidTransition
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
 
+log = logging.getLogger(__name__)
 S = InstanceStatus
+GROUP_TICK = "gpurental.groups.tasks.group_tick"  # by name: groups builds on rentals
 STOPPABLE = (S.PENDING, S.PROVISIONING, S.RUNNING, S.UNREACHABLE)
 LAUNCHING = (S.PENDING, S.PROVISIONING)
 
@@ -93,6 +96,20 @@ def _move(
         actor=actor if actor is not None and actor.pk else None,
         created_at=now,
     )
+    if old == S.RUNNING and instance.group_id is not None and instance.group_role == "serving":
+        # A serving replica is gone (its container died, its host went silent): its group
+        # replaces it now (a warm replica is promoted), not at the autoscaler's next round.
+        group_id = str(instance.group_id)
+        transaction.on_commit(lambda: _wake_group(group_id))
+
+
+def _wake_group(group_id: str) -> None:
+    from gpurental.rentals.hostcalls import app  # the app tests record sends on
+
+    try:
+        app.send_task(GROUP_TICK, kwargs={"group_id": group_id}, queue="control")
+    except Exception:  # noqa: BLE001 - the periodic round replaces it anyway
+        log.warning("could not wake the autoscaler of group %s", group_id, exc_info=True)
 
 
 ACTIONS = {
