@@ -12,7 +12,9 @@ For every request:
    most QUEUE_WAIT_S) and goes out as soon as a replica frees up or a new one passes its
    health check. A full queue, or a wait that runs out, is 503 with ``Retry-After``.
    A request that waits wakes the autoscaler (at most every WAKE_EVERY_S per group):
-   scale from zero, and a step in load, are decided at once, not at the next round.
+   scale from zero, and a step in load, are decided at once, not at the next round. So
+   does a serving replica's newest GPU sample (read every GPU_CHECK_EVERY_S, 1 Hz like
+   the samplers) above the group's ``gpu_utilization`` threshold.
 4. Each replica's ``GET /healthz`` is probed every HEALTH_EVERY_S; UNHEALTHY_AFTER
    failures in a row take it off the balancer until it answers again. A new replica is
    probed at once and serves from its first good answer.
@@ -33,6 +35,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import json
 import logging
 import time
 import uuid
@@ -46,6 +49,7 @@ from multidict import CIMultiDict
 
 from gpurental import addresses
 from gpurental.groups import load
+from gpurental.protocol import latest_key
 
 log = logging.getLogger("gpurental.gateway.groups")
 
@@ -58,6 +62,7 @@ HEALTH_EVERY_S = 2.0
 HEALTH_TIMEOUT_S = 1.0
 UNHEALTHY_AFTER = 2  # failed probes in a row
 WAKE_EVERY_S = 2.0
+GPU_CHECK_EVERY_S = 1.0  # a group with a gpu_utilization rule: its replicas' newest samples
 TICK_S = 0.5  # each group's housekeeping: refresh, probes
 REPORT_EVERY_S = 1.0
 FORGET_AFTER_S = 600.0  # a group with no request for this long is dropped from memory
@@ -145,6 +150,7 @@ class ReplicaRoute:
     address: str
     port: int  # the published host port of the group's port
     role: str  # serving | draining
+    host: str = ""  # its host's name: where its GPU samples are kept
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,7 @@ class GroupRoute:
     # The key a rotation replaced, and until when (epoch seconds) it still opens the group.
     previous_key_hash: str = ""
     previous_key_until: float = 0.0
+    gpu_threshold: float | None = None  # the gpu_utilization rule's target %, if any
 
     def endpoint_key_opens(self, digest: str, now: float) -> bool:
         """Whether a key of SHA-256 ``digest`` is the group's endpoint key: the current
@@ -209,13 +216,14 @@ def group_route_read(group_id: str) -> GroupRoute | None:
         group_role__in=("serving", "draining"),
         status=InstanceStatus.RUNNING,
         host__isnull=False,
-    ).values_list("id", "group_role", "ports", "host__address")
+    ).values_list("id", "group_role", "ports", "host__address", "host__name")
     replicas = []
-    for instance_id, role, ports, address in rows:
+    for instance_id, role, ports, address, host_name in rows:
         host_port = (ports or {}).get(str(group.port))
         if host_port is None or not address:
             continue  # not (yet) published: nothing to send to
-        replicas.append(ReplicaRoute(str(instance_id), address, int(host_port), role))
+        replicas.append(ReplicaRoute(str(instance_id), address, int(host_port), role, host_name))
+    gpu_rule = group.rules.filter(metric="gpu_utilization").values_list("threshold", flat=True)
     return GroupRoute(
         group_id=str(group.pk),
         owner_id=group.user_id,
@@ -227,6 +235,7 @@ def group_route_read(group_id: str) -> GroupRoute | None:
         max_concurrency=group.max_concurrency,
         queue_size=group.queue_size,
         replicas=tuple(sorted(replicas, key=lambda r: r.instance_id)),
+        gpu_threshold=float(gpu_rule[0]) if gpu_rule and gpu_rule[0] is not None else None,
     )
 
 
@@ -288,6 +297,7 @@ class Replica:
         self.address = route.address
         self.port = route.port
         self.role = route.role
+        self.host = route.host
         self.outstanding = 0
         self.healthy = False  # until its first probe answers
         self.failures = 0
@@ -314,6 +324,7 @@ class GroupBalancer:
         self.route_expires = 0.0
         self.drops = 0  # bumped by every event: a lookup under way when it came is stale
         self.last_wake = -float("inf")
+        self.next_gpu_check = 0.0
         self.poke = asyncio.Event()  # wakes the housekeeping loop at once
         self.task: asyncio.Task | None = None
         self.apply(route)
@@ -495,6 +506,7 @@ class GroupEndpoints:
         self._loading: dict[str, asyncio.Future] = {}
         self.client: aiohttp.ClientSession | None = None
         self.redis = None
+        self._samples_redis = None
         self._reporter: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
 
@@ -616,8 +628,11 @@ class GroupEndpoints:
                     # Requests wait: at zero replicas (scale from zero), or because every
                     # replica is full (a step in load). Either way the autoscaler looks now,
                     # not at its next round.
-                    self._wake_autoscaler(balancer)
+                    self._wake_autoscaler(balancer, f"{len(balancer.waiters)} request(s) wait")
                 now = time.monotonic()
+                if balancer.route.gpu_threshold is not None and now >= balancer.next_gpu_check:
+                    balancer.next_gpu_check = now + GPU_CHECK_EVERY_S
+                    self._spawn(self._gpu_check(balancer))
                 self._probe_all(
                     balancer, [r for r in balancer.replicas.values() if r.next_probe_at <= now]
                 )
@@ -635,17 +650,51 @@ class GroupEndpoints:
                 log.warning("group %s: housekeeping failed", balancer.group_id, exc_info=True)
                 await asyncio.sleep(TICK_S)
 
-    def _wake_autoscaler(self, balancer: GroupBalancer) -> None:
+    def _wake_autoscaler(self, balancer: GroupBalancer, why: str) -> None:
         now = time.monotonic()
         if now - balancer.last_wake < WAKE_EVERY_S:
             return
         balancer.last_wake = now
-        log.info(
-            "group %s: %d request(s) wait; waking the autoscaler",
-            balancer.group_id,
-            len(balancer.waiters),
-        )
+        log.info("group %s: %s; waking the autoscaler", balancer.group_id, why)
         self._spawn(self._wake_in_thread(balancer.group_id))
+
+    async def _gpu_check(self, balancer: GroupBalancer) -> None:
+        """Wake the autoscaler when the newest GPU sample of the serving replicas is above
+        the group's threshold: it decides on its short window (groups.services) now."""
+        serving = {r.instance_id: r.host for r in balancer.replicas.values() if r.role == "serving"}
+        hosts = sorted({host for host in serving.values() if host})
+        threshold = balancer.route.gpu_threshold
+        if not hosts or threshold is None:
+            return
+        try:
+            values = await self._samples().mget([latest_key(host) for host in hosts])
+        except Exception:  # noqa: BLE001 - the periodic round still looks at utilisation
+            log.warning("group %s: cannot read GPU samples", balancer.group_id, exc_info=True)
+            return
+        utils = []
+        for raw in values:
+            try:
+                message = json.loads(raw) if raw else {}
+            except ValueError:
+                continue
+            utils.extend(
+                gpu["util"]
+                for gpu in message.get("gpus", [])
+                if gpu.get("instance") in serving and gpu.get("util") is not None
+            )
+        if utils and sum(utils) / len(utils) > threshold:
+            mean = sum(utils) / len(utils)
+            self._wake_autoscaler(balancer, f"GPU utilisation {mean:.0f} % > {threshold:g} %")
+
+    def _samples(self):
+        """The Redis the samplers keep each host's newest sample in (the channel layer's)."""
+        if self._samples_redis is None:
+            import redis.asyncio as aioredis
+
+            from gpurental.telemetry.selectors import layer_redis_url
+
+            self._samples_redis = aioredis.Redis.from_url(layer_redis_url(), socket_timeout=2)
+        return self._samples_redis
 
     async def _wake_in_thread(self, group_id: str) -> None:
         try:

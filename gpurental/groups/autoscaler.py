@@ -5,7 +5,9 @@ Each tick (GROUP_TICK_S), with R ready and P provisioning serving replicas:
 
     queue     ceil((queued + in flight) / threshold)       the mean over the last 60 s
     panic     the same over the last 6 s, when it is at least twice R: scale out now
-    gpu       ceil(R × utilisation / target), only when utilisation is 10 % off target
+    gpu       ceil(R × utilisation / target), only when utilisation is 10 % off target:
+              out on the mean of the last GPU_FAST_WINDOW_S (a step shows within
+              seconds), in on the mean of the last 60 s
     schedule  the largest min_nodes of the schedules whose cron matches this minute
     pre-warm  the median, over the past 7 days, of what the load needed in the slot
               starting prewarm_lead_minutes from now (only with history; only raises)
@@ -32,6 +34,7 @@ from datetime import datetime, timedelta
 
 PANIC_FACTOR = 2.0
 TOLERANCE = 0.1
+GPU_FAST_WINDOW_S = 5  # s of 1 Hz samples a GPU scale-out decides on
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ class Observed:
     queued: float = 0.0
     burst: float = 0.0  # mean (in flight + queued) over 6 s
     waiting_now: int = 0  # requests held right now
-    gpu_util: float | None = None  # mean % over ready replicas
+    gpu_util: float | None = None  # mean % over ready replicas, 60 s
+    gpu_util_fast: float | None = None  # the same over GPU_FAST_WINDOW_S
     last_request_at: datetime | None = None
     lost: int = 0  # serving replicas gone since the last look (stopped, failed, lost)
 
@@ -92,13 +96,25 @@ def decide(rules: Rules, seen: Observed, history: History, now: datetime) -> Dec
         if burst_need >= PANIC_FACTOR * max(seen.ready, 1) and burst_need > current:
             panic = True
             asks.append((burst_need, f"burst: {seen.burst:.1f} requests at once over 6 s"))
-    if rules.gpu_target and seen.gpu_util is not None and seen.ready:
-        ratio = seen.gpu_util / rules.gpu_target
-        need = math.ceil(seen.ready * ratio - 1e-9) if abs(ratio - 1) > TOLERANCE else seen.ready
-        word = ">" if seen.gpu_util > rules.gpu_target else "<"
-        asks.append(
-            (need, f"GPU utilisation {seen.gpu_util:.0f} % {word} {rules.gpu_target:g} % (60 s)")
-        )
+    if rules.gpu_target and seen.ready:
+        fast = seen.gpu_util_fast
+        if fast is not None and fast > rules.gpu_target * (1 + TOLERANCE):
+            util, window = fast, f"{GPU_FAST_WINDOW_S} s"  # a step in load: out at once
+        else:
+            util, window = seen.gpu_util, "60 s"
+        if util is not None:
+            ratio = util / rules.gpu_target
+            need = (
+                math.ceil(seen.ready * ratio - 1e-9) if abs(ratio - 1) > TOLERANCE else seen.ready
+            )
+            word = ">" if util > rules.gpu_target else "<"
+            asks.append(
+                (
+                    need,
+                    f"GPU utilisation {util:.0f} % {word} {rules.gpu_target:g} % (mean of "
+                    f"{seen.ready} replica(s) over {window})",
+                )
+            )
     if seen.waiting_now and current == 0:
         asks.append((1, f"{seen.waiting_now} request(s) waiting at zero replicas"))
     if seen.lost:

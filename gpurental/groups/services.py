@@ -301,12 +301,13 @@ def _set_role(group: Group, instance: Instance, role: str, reason: str, now) -> 
     _event(group, GroupEvent.Kind.REPLICA, f"{str(instance.pk)[:8]} {reason}", now)
 
 
-def _gpu_util(replicas: list[Instance], since: float) -> float | None:
-    """Mean GPU utilisation of the ready replicas over the last minute (telemetry)."""
+def _gpu_util(replicas: list[Instance], now: float) -> tuple[float | None, float | None]:
+    """Mean GPU utilisation of the ready replicas over the last minute and over the last
+    GPU_FAST_WINDOW_S (the samplers' recent samples, 1 Hz)."""
     from gpurental.rentals.selectors import instance_gpus
     from gpurental.telemetry.selectors import recent_samples
 
-    values = []
+    minute, fast = [], []
     for replica in replicas:
         if replica.host is None:
             continue
@@ -314,9 +315,17 @@ def _gpu_util(replicas: list[Instance], since: float) -> float | None:
         for sample in recent_samples(
             host=replica.host.name, instance_id=str(replica.pk), gpu_indices=indices
         ):
-            if (sample.get("ts") or 0) >= since:
-                values.extend(g["util"] for g in sample["gpus"] if g.get("util") is not None)
-    return sum(values) / len(values) if values else None
+            age = now - (sample.get("ts") or 0)
+            utils = [g["util"] for g in sample["gpus"] if g.get("util") is not None]
+            if age <= 60:
+                minute.extend(utils)
+            if age <= autoscaler.GPU_FAST_WINDOW_S:
+                fast.extend(utils)
+
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    return mean(minute), mean(fast)
 
 
 def _history(group: Group, now: datetime) -> tuple[tuple[tuple[datetime, int], ...], int, int]:
@@ -369,6 +378,9 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
             return None
         load = load_of(group.pk)
         last = load.last_request_at
+        gpu_minute, gpu_fast = _gpu_util(
+            [*replicas.ready, *_serving(replicas.outdated)], now=time.time()
+        )
         seen = autoscaler.Observed(
             ready=len(replicas.ready),
             provisioning=len(replicas.starting),
@@ -376,9 +388,8 @@ def group_tick(*, group_id, now: datetime | None = None) -> autoscaler.Decision 
             queued=load.queued,
             burst=load.burst,
             waiting_now=load.queued_now,
-            gpu_util=_gpu_util(
-                [*replicas.ready, *_serving(replicas.outdated)], since=time.time() - 60
-            ),
+            gpu_util=gpu_minute,
+            gpu_util_fast=gpu_fast,
             last_request_at=datetime.fromtimestamp(last, tz=UTC) if last else None,
             # Replicas that served and are gone; not a launch that failed (no retry storm).
             lost=sum(

@@ -550,3 +550,48 @@ def test_a_replica_that_dies_mid_request_loses_no_get_and_is_ejected_at_once(gro
                     await upstream.server.close()
 
     asyncio.run(scenario())
+
+
+def test_a_serving_replica_s_gpu_sample_above_the_threshold_wakes_the_autoscaler(
+    group, alice_key
+):
+    """The group's gpu_utilization rule (70 %): the newest sample of a serving replica's
+    GPU, as the host's sampler keeps it in Redis, is read every second; above 70 % the
+    autoscaler is asked to look now. Below it, nothing is asked."""
+    import redis
+
+    from gpurental.groups.models import ScalingRule
+    from gpurental.protocol import latest_key
+    from gpurental.telemetry.selectors import layer_redis_url
+
+    woken: list[str] = []
+    ScalingRule.objects.create(group=group, metric="gpu_utilization", threshold=70)
+    samples = redis.Redis.from_url(layer_redis_url())
+
+    def sample(replica, util: float) -> None:
+        gpus = [{"index": 0, "instance": str(replica.pk), "util": util}]
+        samples.set(latest_key(group.test_host.name), json.dumps({"gpus": gpus}), ex=15)
+
+    async def scenario():
+        up = await Upstream("up").start()
+        replica = await db(add_replica, group, up)
+        sample(replica, 30.0)
+        async with running_gateway(woken) as (gateway, base):
+            client = Client(base, group, alice_key)
+            try:
+                await replicas_ready(gateway, group, 1)
+                assert (await client.call())[0] == 200
+                balancer = gateway.groups.balancers[str(group.pk)]
+                first = balancer.next_gpu_check
+                await until(lambda: balancer.next_gpu_check > first, 5, "another look")
+                await until(lambda: balancer.next_gpu_check > first + 0.9, 5, "a third look")
+                assert woken == []  # looked at 30 %: nothing to say
+                sample(replica, 95.0)
+                await until(lambda: woken, 5, "the autoscaler's wake-up")
+                assert woken == [str(group.pk)]
+            finally:
+                await client.close()
+                await up.server.close()
+                samples.delete(latest_key(group.test_host.name))
+
+    asyncio.run(scenario())

@@ -131,3 +131,19 @@ def test_a_serving_replica_gone_is_replaced_at_once_even_within_the_cooldown():
     # Without a loss the same cooldown holds a scale-out back.
     held = decide(QUEUE, Observed(ready=1, provisioning=0, inflight=8), cooling, NOW)
     assert held.desired == 1 and held.reason.startswith("holding at 1: scale-out cooldown")
+
+
+def test_a_step_in_gpu_utilisation_scales_out_on_the_short_window_and_in_on_the_minute():
+    # Five seconds at 95 % after a quiet minute: the minute's mean is still low.
+    step = Observed(ready=1, provisioning=0, gpu_util=35, gpu_util_fast=95)
+    decision = decide(GPU, step, History(), NOW)
+    assert decision.desired == 2
+    assert decision.reason == (
+        "1 → 2: GPU utilisation 95 % > 70 % (mean of 1 replica(s) over 5 s)"
+    )
+    # A short dip does not scale in: that reads the minute (and the scale-in hold).
+    dip = Observed(ready=2, provisioning=0, gpu_util=72, gpu_util_fast=10)
+    assert decide(GPU, dip, History(), NOW).desired == 2
+    quiet = decide(GPU, Observed(ready=4, provisioning=0, gpu_util=20, gpu_util_fast=20),
+                   History(), NOW)  # fmt: skip
+    assert quiet.desired == 2 and "(mean of 4 replica(s) over 60 s)" in quiet.reason

@@ -195,6 +195,40 @@ def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group, docker_clie
     )
     assert replicas(group, group_role="warm")[0].pk != warm.pk
 
+    # The serving replica's container dies under load (docker kill): no request is lost.
+    # Those in flight are sent again, the rest wait, and the new warm replica is promoted
+    # at once (the scale-up cooldown notwithstanding: a replacement is not a scale-out).
+    Group.objects.filter(pk=group.pk).update(scale_up_cooldown_s=600)
+    (spare,) = replicas(group, group_role="warm")
+    halt, statuses = threading.Event(), []
+
+    def load():
+        while not halt.is_set():
+            statuses.append(endpoint.infer(ms=200).status_code)
+
+    with ThreadPoolExecutor(3) as pool:
+        for _ in range(3):
+            pool.submit(load)
+        wait_for(lambda: len(statuses) >= 6, 30, "load flowing")
+        killed = time.monotonic()
+        docker_client.containers.get(container_name(str(warm.pk))).kill()
+        try:
+            wait_for(
+                lambda: [r.pk for r in replicas(group, group_role="serving", status="running")]
+                == [spare.pk],
+                60,
+                "the spare promoted in its place",
+            )
+            restored = time.monotonic() - killed
+            served = len(statuses)
+            wait_for(lambda: len(statuses) >= served + 6, 30, "load served by the spare")
+        finally:
+            halt.set()
+    print(f"\nreplica killed under load: serving again after {restored:.1f} s, "
+          f"{len(statuses)} requests, {sum(s != 200 for s in statuses)} failed")  # fmt: skip
+    assert statuses and set(statuses) == {200}, statuses
+    assert reasons(group, "scaled")[-1].startswith("0 → 1: "), reasons(group, "scaled")
+
 
 def test_simulated_gpu_utilisation_scales_out(make_group):
     group, endpoint, _ = make_group(
