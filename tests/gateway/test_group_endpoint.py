@@ -552,9 +552,7 @@ def test_a_replica_that_dies_mid_request_loses_no_get_and_is_ejected_at_once(gro
     asyncio.run(scenario())
 
 
-def test_a_serving_replica_s_gpu_sample_above_the_threshold_wakes_the_autoscaler(
-    group, alice_key
-):
+def test_a_serving_replica_s_gpu_sample_above_the_threshold_wakes_the_autoscaler(group, alice_key):
     """The group's gpu_utilization rule (70 %): the newest sample of a serving replica's
     GPU, as the host's sampler keeps it in Redis, is read every second; above 70 % the
     autoscaler is asked to look now. Below it, nothing is asked."""

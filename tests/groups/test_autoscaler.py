@@ -138,9 +138,7 @@ def test_a_step_in_gpu_utilisation_scales_out_on_the_short_window_and_in_on_the_
     step = Observed(ready=1, provisioning=0, gpu_util=35, gpu_util_fast=95)
     decision = decide(GPU, step, History(), NOW)
     assert decision.desired == 2
-    assert decision.reason == (
-        "1 → 2: GPU utilisation 95 % > 70 % (mean of 1 replica(s) over 5 s)"
-    )
+    assert decision.reason == ("1 → 2: GPU utilisation 95 % > 70 % (mean of 1 replica(s) over 5 s)")
     # A short dip does not scale in: that reads the minute (and the scale-in hold).
     dip = Observed(ready=2, provisioning=0, gpu_util=72, gpu_util_fast=10)
     assert decide(GPU, dip, History(), NOW).desired == 2

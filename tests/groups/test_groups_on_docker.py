@@ -214,8 +214,10 @@ def test_a_warm_replica_is_promoted_and_the_pool_refills(make_group, docker_clie
         docker_client.containers.get(container_name(str(warm.pk))).kill()
         try:
             wait_for(
-                lambda: [r.pk for r in replicas(group, group_role="serving", status="running")]
-                == [spare.pk],
+                lambda: (
+                    [r.pk for r in replicas(group, group_role="serving", status="running")]
+                    == [spare.pk]
+                ),
                 60,
                 "the spare promoted in its place",
             )
