@@ -1,6 +1,7 @@
 """Elastic groups under a step load: how soon an added replica serves, and what is lost.
 
-    .venv/bin/python bench/elastic.py [--step-rps 8] [--step-s 30] [--tick 5]
+    .venv/bin/python bench/elastic.py [--runs cold,warm,prewarmed,failover,gpu-step]
+        [--step-rps 8] [--step-s 30] [--tick 5] [--clients 6] [--smoke]
 
 Needs a Docker Engine (scripts/docker-engine.sh) and the serving image (make images).
 Starts the platform as bench/launch.py does, without the web process: embedded
@@ -24,7 +25,20 @@ waits for its replicas to terminate. Three runs:
   ``prewarm_lead_minutes`` (15) from now needed ``--prewarm`` replicas, so the group is at
   that size before the step: nothing has to be added.
 
-Reported per run: requests sent, answered 200, lost (anything else: 503, 502, an error;
+Two more runs (issue 35), with ``--clients`` (6) closed-loop clients sending
+``GET /infer?ms=400`` (each sends its next request when the last one answered):
+
+- ``failover``: two serving replicas and a warm one; after a few seconds one serving
+  replica's container is killed (``docker kill``). Reported: requests lost (goal 0), the
+  time from the kill to two serving replicas running again and to the replacement's first
+  answer, and p50/p99 from the kill until 2 s after capacity was back;
+- ``gpu-step``: the article's rule (``gpu_utilization`` threshold 70, a warm pool of 2),
+  light requests, then (once the group is past its scale-out cooldown) the same requests
+  with ``busy=1``, which burn CPU that the simulated GPUs read as utilisation. Reported:
+  step → the scale-out decision, → a second serving replica running (goal < 10 s), → its
+  first answer.
+
+Reported per step run: requests sent, answered 200, lost (anything else: 503, 502, an error;
 must be 0); latency p50/p99 of the requests sent during the step; step → the scale-out
 decision (the ``scaled`` GroupEvent, stamped with its tick's time); for each added
 replica, decision → ``running`` (the agent's readiness report) and decision → its first
@@ -32,8 +46,8 @@ answer at the bench (the replica is found by the ``replica`` field of the answer
 container's hostname ``gpurental-<first 8 of the instance id>``; the answer includes the
 request's own 0.5 s); and the replica timeline. The goal (issue 15): with a warm pool an
 added replica serves within 5 s of the decision, cold within 15 s. Printed as met or
-missed, never asserted. ``--smoke``: the warm run only, small, quick; it fails (non-zero
-exit) when a request is lost or no replica was added, never on a time.
+missed, never asserted. ``--smoke``: the warm and failover runs, small, quick; it fails
+(non-zero exit) when a request is lost or no replica was added, never on a time.
 """
 
 from __future__ import annotations
@@ -47,6 +61,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -61,7 +76,8 @@ from bench.launch import check, gateway_env  # noqa: E402
 
 SERVING_IMAGE = "gpurental/serving-echo:latest"
 GOALS_S = {"cold": 15.0, "warm": 5.0}  # decision → an added replica serves
-MODES = ("cold", "warm", "prewarmed")
+MODES = ("cold", "warm", "prewarmed", "failover", "gpu-step")
+STEP_MODES = ("cold", "warm", "prewarmed")
 
 
 @dataclass
@@ -239,17 +255,15 @@ class Load:
         self.ms = ms
         self.local = threading.local()
 
-    def one(self, answer: Answer, ms: int | None = None) -> Answer:
+    def one(self, answer: Answer, ms: int | None = None, busy: bool = False) -> Answer:
         import requests
 
         session = getattr(self.local, "session", None)
         if session is None:
             session = self.local.session = requests.Session()
+        params = {"ms": self.ms if ms is None else ms, **({"busy": 1} if busy else {})}
         try:
-            reply = session.get(
-                self.url, params={"ms": self.ms if ms is None else ms}, headers=self.headers,
-                timeout=120,
-            )  # fmt: skip
+            reply = session.get(self.url, params=params, headers=self.headers, timeout=120)
             answer.status = reply.status_code
             if reply.status_code == 200:
                 answer.replica = reply.json().get("replica", "")
@@ -278,6 +292,28 @@ class Load:
                     pool.submit(self.one, answer)
                 offset += seconds
         return answers, began
+
+    def closed_loop(self, clients: int, phase: Callable[[], str], halt: threading.Event,
+                    busy: Callable[[], bool] = lambda: False) -> list[Answer]:  # fmt: skip
+        """``clients`` threads, each sending its next request when the last one answered,
+        until ``halt``; each answer is labelled with ``phase()`` when it was sent."""
+        answers: list[Answer] = []
+
+        def client() -> None:
+            while not halt.is_set():
+                answer = Answer(phase(), time.time())
+                answers.append(answer)
+                self.one(answer, busy=busy())
+
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        self._threads = threads
+        return answers
+
+    def join(self) -> None:
+        for thread in getattr(self, "_threads", []):
+            thread.join(150)
 
 
 # --- one run -------------------------------------------------------------------------
@@ -433,6 +469,237 @@ def run_one(stack: Stack, ticker: Ticker, mode: str, size: Size) -> Run:
     return Run(mode, answers, step_at, decisions, found, before, timeline, prewarm_ready_at)
 
 
+# --- failover and the GPU step (issue 35) -----------------------------------------------
+
+
+@dataclass
+class Failover:
+    answers: list[Answer]
+    killed_at: float
+    killed: str  # the replica killed
+    restored_at: float | None  # two serving replicas running again
+    restored_answer_at: float | None  # the replacement's first answer at the bench
+    replacement_how: str
+    clients: int
+
+    @property
+    def lost(self) -> list[Answer]:
+        return [a for a in self.answers if not a.ok]
+
+    def window(self) -> list[Answer]:
+        """Requests sent from the kill until 2 s after capacity was back."""
+        end = (self.restored_at or self.killed_at) + 2.0
+        return [a for a in self.answers if self.killed_at <= a.sent <= end]
+
+
+def _serving_running(group) -> list:
+    from gpurental.rentals.models import Instance
+
+    return list(
+        Instance.objects.filter(group=group, group_role="serving", status="running")
+        .order_by("created_at")
+        .values_list("pk", flat=True)
+    )
+
+
+def _group_ready(stack: Stack, group, serving: int, warm: int, what: str) -> Load:
+    from gpurental.rentals.models import Instance
+    from gpurental.testing.agent_process import wait_for
+
+    replicas = Instance.objects.filter(group=group)
+
+    def ready() -> bool:
+        parked = replicas.filter(group_role="warm", status="stopped").count()
+        return len(_serving_running(group)) >= serving and parked >= warm
+
+    wait_for(ready, 240, what, stack.agent)
+    load = Load(stack, group.pk, 400)
+    wait_for(lambda: load.one(Answer("probe", time.time()), ms=1).ok, 60, "the endpoint")
+    return load
+
+
+def _end_group(stack: Stack, group) -> None:
+    from gpurental.groups.models import Group
+    from gpurental.groups.services import group_delete
+    from gpurental.testing.agent_process import wait_for
+
+    group_delete(group=group)
+    gone = Group.objects.filter(pk=group.pk, status="deleted")
+    wait_for(gone.exists, 120, "the group's replicas to terminate", stack.agent)
+
+
+def run_failover(stack: Stack, ticker: Ticker, clients: int, settle_s: float) -> Failover:
+    """Two serving replicas and a warm one under closed-loop load; one serving replica's
+    container is killed (docker kill): what was lost, how soon two serve again."""
+    import docker
+
+    from gpurental.agent.runtimes.docker import container_name
+    from gpurental.groups.models import GroupEvent
+    from gpurental.groups.services import group_apply
+    from gpurental.testing.agent_process import wait_for
+
+    body = {
+        "name": "bench-failover", "instance_type": "A10G", "image": "serving-echo",
+        "min_nodes": 2, "max_nodes": 3, "max_concurrency": 4,
+        "scaling_metrics": [{"metric": "queue", "threshold": 4}], "warm_pool": {"size": 1},
+    }  # fmt: skip
+    group = group_apply(user=stack.user, source=body).group
+    ticker.watched.add(group.pk)
+    load = _group_ready(stack, group, 2, 1, "two serving replicas and a parked one")
+    phase = {"now": "before"}
+    halt = threading.Event()
+    answers = load.closed_loop(clients, lambda: phase["now"], halt)
+    time.sleep(settle_s)
+    victim = str(_serving_running(group)[0])
+    phase["now"] = "kill"
+    killed_at = time.time()
+    docker.from_env().containers.get(container_name(victim)).kill()
+    restored_at = None
+    try:
+
+        def restored() -> bool:
+            running = [str(pk) for pk in _serving_running(group)]
+            return victim not in running and len(running) >= 2
+
+        wait_for(restored, 120, "two serving replicas again", stack.agent)
+        restored_at = time.time()
+        phase["now"] = "after"
+        time.sleep(settle_s)
+    finally:
+        halt.set()
+        load.join()
+    replacement = [str(pk) for pk in _serving_running(group) if str(pk) != victim]
+    events = GroupEvent.objects.filter(group=group, kind="replica", created_at__gte=_at(killed_at))
+    how = "; ".join(
+        e.reason for e in events if any(e.reason.startswith(r[:8]) for r in replacement)
+    )
+    firsts = [a.ended for a in answers
+              if a.ok and a.sent >= killed_at and any(a.replica == f"gpurental-{r[:8]}" for r in replacement)
+              and not any(b.replica == a.replica and b.sent < killed_at for b in answers)]  # fmt: skip
+    _end_group(stack, group)
+    return Failover(
+        answers, killed_at, victim, restored_at, min(firsts, default=None), how, clients
+    )
+
+
+@dataclass
+class GpuStep:
+    answers: list[Answer]
+    step_at: float
+    decision_at: float | None
+    decision: str
+    second_running_at: float | None  # a second serving replica running
+    second_answer_at: float | None  # its first answer at the bench
+    clients: int
+
+
+def _at(epoch: float):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, tz=UTC)
+
+
+def run_gpu_step(stack: Stack, ticker: Ticker, clients: int, settle_s: float) -> GpuStep:
+    """The article's group (gpu_utilization 70, a warm pool of 2) under light load, then a
+    step of CPU-burning requests, which the simulated GPUs read as utilisation: how soon a
+    second replica serves."""
+    from gpurental.groups.models import GroupEvent
+    from gpurental.groups.services import group_apply
+    from gpurental.rentals.models import InstanceEvent
+    from gpurental.testing.agent_process import wait_for
+
+    body = {
+        "name": "bench-gpu-step", "instance_type": "A10G", "image": "serving-echo",
+        "min_nodes": 1, "max_nodes": 3, "max_concurrency": 8,
+        "scaling_metrics": [{"metric": "gpu_utilization", "threshold": 70}],
+        "warm_pool": {"size": 2},
+    }  # fmt: skip
+    group = group_apply(user=stack.user, source=body).group
+    ticker.watched.add(group.pk)
+    load = _group_ready(stack, group, 1, 2, "one serving replica and two parked")
+    first = str(_serving_running(group)[0])
+    phase = {"now": "steady"}
+    halt = threading.Event()
+    answers = load.closed_loop(clients, lambda: phase["now"], halt,
+                               busy=lambda: phase["now"] == "step")  # fmt: skip
+    # A group that has served a while: its first replica's launch (a scale-out from 0)
+    # is past the scale-out cooldown (30 s by default) when the step comes.
+    group.refresh_from_db()
+    since = time.time() - group.last_scale_up_at.timestamp() if group.last_scale_up_at else 1e9
+    time.sleep(max(settle_s, group.scale_up_cooldown_s - since + 1))
+    phase["now"] = "step"
+    step_at = time.time()
+    try:
+        wait_for(lambda: len(_serving_running(group)) >= 2, 120, "a second serving replica",
+                 stack.agent)  # fmt: skip
+        time.sleep(settle_s)
+    finally:
+        halt.set()
+        load.join()
+    scaled = GroupEvent.objects.filter(group=group, kind="scaled", created_at__gte=_at(step_at))
+    decision = next(
+        (e for e in scaled.order_by("created_at") if "GPU utilisation" in e.reason), None
+    )
+    second = next((str(pk) for pk in _serving_running(group) if str(pk) != first), None)
+    running = (
+        InstanceEvent.objects.filter(instance_id=second, to_status="running",
+                                     created_at__gte=_at(step_at)).order_by("created_at").first()
+        if second else None
+    )  # fmt: skip
+    firsts = [
+        a.ended for a in answers if a.ok and second and a.replica == f"gpurental-{second[:8]}"
+    ]
+    _end_group(stack, group)
+    return GpuStep(
+        answers, step_at,
+        decision.created_at.timestamp() if decision else None, decision.reason if decision else "",
+        running.created_at.timestamp() if running else None, min(firsts, default=None), clients,
+    )  # fmt: skip
+
+
+def report_failover(run: Failover) -> bool:
+    window = [a.ended - a.sent for a in run.window() if a.ok]
+    restored = run.restored_at - run.killed_at if run.restored_at else None
+    answered = run.restored_answer_at - run.killed_at if run.restored_answer_at else None
+    print()
+    print(f"failover: {run.clients} closed-loop clients, GET /infer?ms=400; two serving replicas "
+          f"and a warm one; {run.killed[:8]}'s container killed (docker kill)")  # fmt: skip
+    print(f"  replacement: {run.replacement_how or '—'}")
+    for answer in run.lost[:5]:
+        print(f"  lost: {answer.phase} +{answer.sent - run.killed_at:.1f} s: {answer.status} "
+              f"{answer.error}")  # fmt: skip
+    print("| run | sent | 200 | lost | kill → 2 serving | kill → replacement answers | "
+          "p50 / p99 from the kill to 2 s after | goal |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    met = not run.lost and restored is not None
+    print(f"| failover | {len(run.answers)} | {len(run.answers) - len(run.lost)} | "
+          f"{len(run.lost)} | {fmt_s(restored)} | {fmt_s(answered)} | "
+          f"{percentile(window, 0.5):.2f} s / {percentile(window, 0.99):.2f} s | "
+          f"0 lost: {'met' if not run.lost else 'missed'} |")  # fmt: skip
+    return met
+
+
+def report_gpu_step(run: GpuStep) -> bool:
+    decided = run.decision_at - run.step_at if run.decision_at else None
+    running = run.second_running_at - run.step_at if run.second_running_at else None
+    answered = run.second_answer_at - run.step_at if run.second_answer_at else None
+    step = [a.ended - a.sent for a in run.answers if a.ok and a.phase == "step"]
+    lost = [a for a in run.answers if not a.ok]
+    print()
+    print(f"gpu step: the article's rule (gpu_utilization 70, warm pool 2); {run.clients} "
+          "closed-loop clients, GET /infer?ms=400, then the same with busy=1 (CPU-burning: "
+          "the simulated GPUs read it as utilisation)")  # fmt: skip
+    print(f"  decision: {run.decision or '—'}")
+    print("| run | sent | lost | step → decision | step → 2nd replica running | "
+          "step → its first answer | step p99 | goal |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    met = running is not None and running < 10.0
+    print(f"| gpu-step | {len(run.answers)} | {len(lost)} | {fmt_s(decided)} | {fmt_s(running)} | "
+          f"{fmt_s(answered)} | {percentile(step, 0.99):.2f} s | < 10 s to a second serving "
+          f"replica: {'met' if met else 'missed'} |")  # fmt: skip
+    return not lost and run.second_running_at is not None
+
+
 # --- the report ----------------------------------------------------------------------
 
 
@@ -525,8 +792,12 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=size.max_nodes)
     parser.add_argument("--gpus", type=int, default=size.gpus, help="simulated GPUs on the host")
     parser.add_argument("--tick", type=float, default=size.tick_s, help="autoscaler tick, s")
+    parser.add_argument("--clients", type=int, default=6,
+                        help="closed-loop clients of the failover and gpu-step runs")  # fmt: skip
     parser.add_argument(
-        "--smoke", action="store_true", help="the warm run, small: checks it runs and is sane"
+        "--smoke",
+        action="store_true",
+        help="the warm and failover runs, small: checks they run and are sane",
     )
     args = parser.parse_args()
     size = Size(steady_s=args.steady_s, step_rps=args.step_rps, step_s=args.step_s,
@@ -534,13 +805,15 @@ def main() -> int:
     modes = [m.strip() for m in args.runs.split(",") if m.strip()]
     if args.smoke:
         size = Size(steady_s=3, step_rps=6, step_s=15, max_nodes=3, gpus=4, tick_s=args.tick)
-        modes = ["warm"]
+        modes = ["warm", "failover"]
     check(all(m in MODES for m in modes), f"--runs takes {', '.join(MODES)}")
     work = Path(tempfile.mkdtemp(prefix="gpurental-bench-"))
     from gpurental import embedded
 
     stack = ticker = None
     runs: list[Run] = []
+    extra: list[tuple[Callable, object]] = []
+    settle_s = 3.0 if args.smoke else 5.0
     try:
         setup_django(work / "var", GROUP_TICK_S=str(size.tick_s), **gateway_env())
         print(f"elastic benchmark: runs {', '.join(modes)}; image {SERVING_IMAGE}, "
@@ -550,8 +823,13 @@ def main() -> int:
         ticker = Ticker(size.tick_s)
         ticker.start()
         for mode in modes:
-            runs.append(run_one(stack, ticker, mode, size))
-            print(f"{mode}: done ({len(runs[-1].answers)} requests, {len(runs[-1].lost)} lost)")
+            if mode == "failover":
+                extra.append((report_failover, run_failover(stack, ticker, args.clients, settle_s)))
+            elif mode == "gpu-step":
+                extra.append((report_gpu_step, run_gpu_step(stack, ticker, args.clients, settle_s)))
+            else:
+                runs.append(run_one(stack, ticker, mode, size))
+            print(f"{mode}: done")
     finally:
         if ticker is not None:
             ticker.stop()
@@ -559,7 +837,9 @@ def main() -> int:
             stack.stop()
         embedded.stop(work / "var")
         shutil.rmtree(work, ignore_errors=True)
-    sane = report(runs, size)
+    sane = report(runs, size) if runs else True
+    for reporter, run in extra:
+        sane = reporter(run) and sane
     if ticker.errors:
         print(f"the autoscaler's tick failed {len(ticker.errors)} times: {ticker.errors[:3]}")
         sane = False

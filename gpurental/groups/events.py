@@ -16,13 +16,13 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from gpurental.rentals.events import state_redis
+from gpurental.rentals.events import group_state_channel, state_redis
 
 log = logging.getLogger(__name__)
 
 
 def group_channel(group_id) -> str:
-    return f"gpurental:group-state:{group_id}"
+    return group_state_channel(group_id)
 
 
 def publish_group_changed(group_id) -> None:

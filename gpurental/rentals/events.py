@@ -32,6 +32,12 @@ def state_channel(instance_id) -> str:
     return f"gpurental:instance-state:{instance_id}"
 
 
+def group_state_channel(group_id) -> str:
+    """An elastic group's change channel (gpurental/groups/events.py publishes on it too):
+    the gateways read the group's replica set again."""
+    return f"gpurental:group-state:{group_id}"
+
+
 @functools.cache
 def _redis(url: str) -> redis.Redis:
     # A stalled Redis fails a publish in 2 s; a waiter's get_message(timeout=...) reads

@@ -352,3 +352,24 @@ def test_a_serving_replica_that_dies_is_replaced_by_a_warm_one_at_once(
     assert (warm.group_role, warm.status) == ("serving", "pending")  # promoted, cooldown or not
     serving.refresh_from_db()
     assert serving.status in ("terminating", "terminated")
+
+
+def test_a_replica_that_comes_up_tells_the_gateways_at_once(
+    alice, serving_image, host, sent, django_capture_on_commit_callbacks
+):
+    from gpurental.groups.events import group_channel
+
+    group = apply(alice, min_nodes=1, max_nodes=1)
+    services.group_tick(group_id=group.pk)
+    (replica,) = replicas(group, role="serving")
+    listener = state_redis().pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(group_channel(group.pk))
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            run(replica)
+        deadline, message = time.monotonic() + 5, None
+        while message is None and time.monotonic() < deadline:
+            message = listener.get_message(timeout=1)  # None for the (ignored) subscribe
+        assert message is not None and message["data"] == b"changed"
+    finally:
+        listener.close()
