@@ -10,8 +10,9 @@ Endpoints (port SERVE_PORT, default 8000):
 
 - ``GET /healthz``: 200 ``ok`` while serving; 503 once it is shutting down. The group
   endpoint's health check.
-- ``GET|POST /infer?ms=<latency>``: answers ``{"replica": hostname, "ms": latency,
-  "busy": bool}`` after ``ms`` milliseconds (default SERVE_LATENCY_MS, 200). With
+- ``GET|POST /infer?ms=<latency>``: answers ``{"replica": "gpurental-<id[:8]>", "ms":
+  latency, "busy": bool}`` (the instance's id) after ``ms`` milliseconds (default
+  SERVE_LATENCY_MS, 200). With
   ``?busy=1`` (or SERVE_BUSY=1) it burns CPU for that time instead of sleeping: the
   platform's simulated GPU follows a container's CPU activity
   (gpurental/agent/gpus/simulated.py), so busy requests raise the simulated GPU
@@ -138,7 +139,10 @@ class Model:
 
 STATE = State()
 STATE_STARTED = time.time()
-HOSTNAME = socket.gethostname()
+# The replica's name in answers: gpurental-<first 8 of its instance id>, from the id the
+# agent passes (the hostname is the network sandbox's when the container runs in one).
+INSTANCE_ID = os.environ.get("GPURENTAL_INSTANCE_ID", "")
+HOSTNAME = f"gpurental-{INSTANCE_ID[:8]}" if INSTANCE_ID else socket.gethostname()
 MODEL = Model(os.environ["SERVE_MODEL"]) if os.environ.get("SERVE_MODEL") else None
 
 

@@ -97,6 +97,9 @@ def container_environment(spec: ContainerSpec) -> dict[str, str]:
         env["GPURENTAL_HF_SHARED"] = HF_CACHE_MOUNT
     # Set last so that a template's env can never override them.
     env["JUPYTER_TOKEN"] = spec.token
+    # Which instance this is: the hostname says so only when the container has its own
+    # network (one in a pooled sandbox takes the sandbox's).
+    env["GPURENTAL_INSTANCE_ID"] = spec.instance_id
     if spec.ssh_port:
         # The image's entrypoint starts sshd with these (images/jupyter-cpu/start.sh).
         env["GPURENTAL_SSH_PORT"] = str(spec.ssh_port)
