@@ -202,3 +202,31 @@ def test_snapshot_commands(logged_in, capsys):
     logged_in.reply("DELETE", "/api/v1/snapshots/s-1/", (204, None))
     code, out, _ = run(capsys, "snapshot-delete", "before")
     assert (code, out) == (0, "Deleted snapshot before\n")
+
+
+def test_zones_in_the_cli_launch_volume_create_and_the_gpu_list(logged_in, capsys):
+    from tests.client.test_cli import instance
+
+    logged_in.reply("POST", "/api/v1/instances/", (201, instance(status="pending")))
+    code, _, err = run(capsys, "launch", "--gpu", "A10G", "--image", "jupyter-cpu",
+                       "--zone", "east-1a", "--no-wait")  # fmt: skip
+    assert code == 0, err
+    assert logged_in.received("POST")[-1].body["zone"] == "east-1a"
+
+    volume = {"id": "v-1", "name": "ds", "host": "node1", "zone": "east-1a", "size_gb": 20}
+    logged_in.reply("POST", "/api/v1/volumes/", (201, volume))
+    code, out, err = run(capsys, "volume-create", "ds", "--size", "20", "--zone", "east-1a")
+    assert code == 0, err
+    assert logged_in.requests[-1].body == {"name": "ds", "size_gb": 20, "zone": "east-1a"}
+    code, _, err = run(capsys, "volume-create", "ds", "--size", "20")
+    assert code == 2 and "--host" in err and "--zone" in err  # one of the two is needed
+
+    zones = [{"zone": "east-1a", "region": "east-1", "label": "", "gpus_free": 2,
+              "gpus_total": 4}]  # fmt: skip
+    model = {"slug": "a10g", "short_name": "A10G", "name": "A10G", "memory_gb": 24,
+             "interconnect": "pcie", "gpus_free": 2, "gpus_total": 4, "zones": zones}  # fmt: skip
+    logged_in.reply("GET", "/api/v1/gpu-models/", (200, {"results": [model], "next": None}))
+    logged_in.reply("GET", "/api/v1/plans/", (200, {"results": [], "next": None}))
+    code, out, err = run(capsys, "gpus")
+    assert code == 0, err
+    assert "A10G by zone: east-1a 2/4" in out

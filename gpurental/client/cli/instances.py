@@ -85,6 +85,12 @@ def cmd_gpus(args: argparse.Namespace) -> int:
             for row in rows
         ],
     )
+    for row in rows:
+        if row.get("zones"):  # free/total per zone: launch --zone to pick one
+            zones = ", ".join(
+                f"{z['zone']} {z['gpus_free']}/{z['gpus_total']}" for z in row["zones"]
+            )
+            say(f"{row.get('short_name') or row.get('slug')} by zone: {zones}")
     return OK
 
 
@@ -114,6 +120,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             idle_stop_minutes=args.idle_stop,
             volumes=_volume_mounts(args.volume),
             workspace_from=args.workspace_from,
+            zone=args.zone,
         )
         if instance.raw.get("image_alias") and not args.json:
             # The article's "pytorch-2.1" and the like: say which image it stands for.
@@ -266,6 +273,7 @@ def add_commands(command: AddCommand) -> None:
         "with the login saved by `gpurental registry login`",
     )
     p.add_argument("--name", help="a name to tell instances apart")
+    p.add_argument("--zone", help="run only on a host in this zone (gpurental gpus lists them)")
     p.add_argument(
         "--volume",
         action="append",

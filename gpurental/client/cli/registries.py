@@ -91,12 +91,12 @@ def add_commands(command: AddCommand) -> None:
     delete.add_argument("image", help="its name or id")
 
     command("volumes", cmd_volumes, "your volumes: data apart from any one instance")
-    create = command("volume-create", cmd_volume_create, "create a volume on a host")
+    create = command("volume-create", cmd_volume_create, "create a volume on a host or in a zone")
     create.add_argument("name")
     create.add_argument("--size", type=int, required=True, metavar="GB")
-    create.add_argument(
-        "--host", required=True, help="the host it lives on (gpurental ls shows hosts)"
-    )
+    where = create.add_mutually_exclusive_group(required=True)
+    where.add_argument("--host", help="the host it lives on (gpurental ls shows hosts)")
+    where.add_argument("--zone", help="or a zone: it lives on a host there (gpurental gpus)")
     remove = command("volume-delete", cmd_volume_delete, "delete a volume and its data, for good")
     remove.add_argument("volume", help="its name or id")
     command("snapshots", cmd_snapshots, "your volumes' snapshots in the object storage")
@@ -220,7 +220,7 @@ def cmd_volumes(args: argparse.Namespace) -> int:
 
 def cmd_volume_create(args: argparse.Namespace) -> int:
     with logged_in_client() as client:
-        volume = client.volumes.create(args.name, args.size, args.host)
+        volume = client.volumes.create(args.name, args.size, args.host, zone=args.zone)
     if args.json:
         print_json(volume.raw)
     else:
