@@ -40,6 +40,9 @@ def stage(into: Path) -> None:
         into / "gpurental" / "client",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )
+    shutil.copytree(
+        SDK / "cloud_gpu", into / "cloud_gpu", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
 
 
 def build(dist: Path) -> Path:

@@ -524,7 +524,9 @@ class Client(GroupsMixin, PaymentsMixin):
                         f"{method} {path} within {read_timeout:g}s"
                     ) from exc
                 raise ConnectionError(
-                    f"cannot reach the gpurental server at {self.base_url}: {_reason(exc)}"
+                    f"cannot reach the gpurental server at {self.base_url}: {_reason(exc)} "
+                    "(another server: pass base_url=, set GPURENTAL_URL or run "
+                    "`gpurental login --url URL`)"
                 ) from exc
             if attempt < self.max_retries and _retryable(response):
                 wait = _retry_after(response)

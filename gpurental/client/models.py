@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -278,10 +279,24 @@ class Instance(_Bound):
                     instance=self,
                 ) from None
             self.status = link.get("status") or "running"
-            return link["url"]
+            return Link(link["url"])
         remaining = max(0.0, deadline - client._clock())
         self.wait_until("running", timeout=remaining, poll=poll, on_progress=on_progress)
-        return client.connect(self.id, port=port)["url"]
+        return Link(client.connect(self.id, port=port)["url"])
+
+
+class Link(str):
+    """A link into an instance: a ``str``, shown bare in a REPL (``instance.connect()`` as a
+    statement prints it) and as a link to click in a notebook."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        href = html.escape(str(self), quote=True)
+        return f'<a href="{href}" target="_blank" rel="noopener">Open JupyterLab</a> ({href})'
 
 
 def _decimal(value: Any) -> Decimal | None:

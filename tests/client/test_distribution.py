@@ -31,16 +31,21 @@ ROOT = Path(__file__).resolve().parents[2]
 PIP_CACHE_DIR = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
 SERVER_ONLY = ["django", "celery", "docker", "rest_framework", "channels", "psycopg", "jupyterlab"]
 
-# The article's snippet, as written, with this server's key and URL; then what it got.
-SNIPPET = """\
-from gpurental.client import Client
-client = Client(api_key={api_key!r}, base_url={base_url!r})
+# The article's snippet, character for character but for YOUR_KEY; the URL comes from
+# GPURENTAL_URL. Fed to an interactive interpreter, as typed in a REPL: the last line, a
+# bare expression, prints the link.
+ARTICLE = """\
+from cloud_gpu import Client
+client = Client(api_key="YOUR_KEY")
 instance = client.create_instance(gpu_type="A10G", framework="pytorch-2.1", model_repo="huggingface")
-url = instance.connect()   # waits until running, returns a one-time link into JupyterLab
-
-import json, gpurental.client
-print(json.dumps({{"id": instance.id, "url": url, "file": gpurental.client.__file__}}))
+instance.connect()
 """
+# Then what it got, and which copy of the SDK ran.
+AFTER = """\
+import json, gpurental.client, cloud_gpu
+print("RESULT " + json.dumps({"id": instance.id, "sdk": gpurental.client.__file__, "cloud_gpu": cloud_gpu.__file__}))
+"""
+
 
 PROBE = """
 import importlib.metadata, importlib.util, json, re, sys
@@ -118,7 +123,8 @@ def test_the_client_wheel_installs_alone_and_runs_the_articles_snippet(
     packaged = {n for n in zipfile.ZipFile(wheel).namelist() if ".dist-info/" not in n}
     assert "gpurental/client/cli/__init__.py" in packaged
     assert {n for n in packaged if not n.startswith("gpurental/client/")} == {
-        "gpurental/__init__.py"
+        "gpurental/__init__.py",
+        "cloud_gpu/__init__.py",  # the article's name for the SDK
     }
 
     # Installed alone: requests and what requests needs, no server dependency at all.
@@ -139,13 +145,22 @@ def test_the_client_wheel_installs_alone_and_runs_the_articles_snippet(
     Host.objects.filter(name=agent.host.name).update(hf_cache_dir=str(agent.hf_cache))
     _, api_key = api_key_create(user=alice, name="sdk wheel test")
     credit_add(user=alice, amount=Decimal("10.00"), description="test credit")
-    script = tmp_path / "snippet.py"
-    script.write_text(SNIPPET.format(api_key=api_key, base_url=web_server))
-
-    got = json.loads(run([python, script], cwd=tmp_path, timeout=240).stdout.splitlines()[-1])
-
-    assert Path(got["file"]).is_relative_to(client_venv)  # the wheel's copy, not the repository's
-    url = got["url"]
+    typed = ARTICLE.replace("YOUR_KEY", api_key) + AFTER
+    repl = subprocess.run(
+        [str(python), "-i", "-q"],  # a REPL reading the lines from stdin
+        input=typed,
+        cwd=tmp_path,
+        env=clean_env(GPURENTAL_URL=web_server),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    printed = repl.stdout.splitlines()
+    assert repl.returncode == 0 and printed, repl.stdout + repl.stderr
+    got = json.loads(next(line for line in printed if line.startswith("RESULT "))[7:])
+    assert Path(got["sdk"]).is_relative_to(client_venv)  # the wheel's copy, not the repository's
+    assert Path(got["cloud_gpu"]).is_relative_to(client_venv)
+    url = printed[0]  # instance.connect() as a statement: the REPL printed the link, bare
     assert url.startswith(f"http://{got['id']}.gw.localhost:") and "/_gw/enter?t=" in url
     assert open_link(gateway, url) == 200  # JupyterLab answers through the gateway
 
