@@ -32,6 +32,23 @@ GPU_MODELS = [
         "ram": 32,
     },
     {
+        # The article's warm_pool instance_type = "A10".
+        "slug": "a10",
+        "name": "A10 24GB",
+        "short_name": "A10",
+        "nvml_names": ["NVIDIA A10"],
+        "memory_gb": 24,
+        "fp16_tflops": "125.0",
+        "bf16_tflops": "125.0",
+        "fp32_tflops": "31.2",
+        "memory_bandwidth_gbs": 600,
+        "interconnect": Interconnect.PCIE,
+        "nvlink_bandwidth_gbs": 0,
+        "per_gpu_hour": "0.90",
+        "vcpus": 8,
+        "ram": 32,
+    },
+    {
         "slug": "l4",
         "name": "L4 24GB",
         "short_name": "L4",

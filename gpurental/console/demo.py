@@ -1,4 +1,5 @@
-"""Demo data: the starter catalog (``catalog.starter``), a local host, two logins.
+"""Demo data: the starter catalog (``catalog.starter``), two local hosts (8 × A10G, and
+4 × A10 for the article's elastic group), two logins.
 
 Idempotent: running it again updates the same rows and adds nothing.
 """
@@ -29,10 +30,27 @@ DEMO_CREDIT_NOTE = "Demo credit"
 
 @dataclass
 class SeedResult:
-    host_token: str | None  # only when a token was issued now
+    host_token: str | None  # only when a token was issued now (host "local")
 
 
-def local_agent_env_write(*, host: Host, token: str, path: Path) -> None:
+@dataclass(frozen=True)
+class DemoHost:
+    name: str
+    model: str  # the starter catalog's slug
+    count: int
+    nvml_name: str
+    env_name: str  # its agent's settings (the first: --agent-env itself; the Procfile names both)
+
+
+DEMO_HOSTS = (
+    DemoHost("local", "a10g", 8, "NVIDIA A10G", "local-agent.env"),
+    DemoHost("local-a10", "a10", 4, "NVIDIA A10", "local-agent-a10.env"),
+)
+
+
+def local_agent_env_write(
+    *, host: Host, token: str, path: Path, nvml_name: str = "NVIDIA A10G"
+) -> None:
     """The local agent's join settings, readable by the operator only (the token is a secret)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = {
@@ -41,7 +59,7 @@ def local_agent_env_write(*, host: Host, token: str, path: Path) -> None:
         "GPURENTAL_HOST_TOKEN": token,
         "GPURENTAL_GPU_SOURCE": "simulated",
         "GPURENTAL_SIMULATED_GPUS": str(host.gpus.count() or 8),
-        "GPURENTAL_SIMULATED_MODEL": "NVIDIA A10G",
+        "GPURENTAL_SIMULATED_MODEL": nvml_name,
         "GPURENTAL_AGENT_DIR": str(path.parent / f"agent-{host.name}"),
         # The shared Hugging Face cache (`modelcache fill --host local …`); its import
         # directory is the agent's default, <GPURENTAL_AGENT_DIR>/model-imports.
@@ -86,18 +104,32 @@ def seed_demo(*, agent_env: Path | None = None) -> SeedResult:
 
     models = starter_catalog_load()
 
+    tokens = {}
+    for demo_host in DEMO_HOSTS:
+        env = agent_env
+        if agent_env is not None and demo_host is not DEMO_HOSTS[0]:
+            env = agent_env.with_name(demo_host.env_name)  # beside the first one
+        tokens[demo_host.name] = _demo_host(demo_host, models[demo_host.model], env)
+    return SeedResult(host_token=tokens["local"])
+
+
+def _demo_host(spec: DemoHost, model, agent_env: Path | None) -> str | None:
+    """The host, its simulated GPUs and (with ``agent_env``) its agent's settings; the
+    token when one was issued now."""
     token = None
-    host = Host.objects.filter(name="local").first()
+    host = Host.objects.filter(name=spec.name).first()
     if host is None:
-        host, token = host_create(name="local", address="127.0.0.1", gpu_source=GPUSource.SIMULATED)
-    host_simulated_gpus_ensure(host=host, model=models["a10g"], count=8)
+        host, token = host_create(
+            name=spec.name, address="127.0.0.1", gpu_source=GPUSource.SIMULATED
+        )
+    host_simulated_gpus_ensure(host=host, model=model, count=spec.count)
     if agent_env is not None:
         # The local agent needs the token, which is stored hashed: keep the one in the
         # env file while it still matches, otherwise issue a new one.
         if token is None and not host_token_matches(host=host, token=_env_token(agent_env)):
             token = host_rotate_token(host=host)
         if token is not None:
-            local_agent_env_write(host=host, token=token, path=agent_env)
+            local_agent_env_write(host=host, token=token, path=agent_env, nvml_name=spec.nvml_name)
             # The env file now names the agent's shared Hugging Face cache: record it.
             cache = demo_hf_cache(agent_env)
             (cache / "hub").mkdir(parents=True, exist_ok=True)
@@ -105,4 +137,4 @@ def seed_demo(*, agent_env: Path | None = None) -> SeedResult:
                 parents=True, exist_ok=True
             )
             Host.objects.filter(pk=host.pk).update(hf_cache_dir=str(cache))
-    return SeedResult(host_token=token)
+    return token

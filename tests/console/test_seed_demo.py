@@ -1,5 +1,6 @@
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from gpurental.accounts.models import User
 from gpurental.billing.models import LedgerEntry
@@ -77,3 +78,43 @@ def test_seed_demo_writes_the_local_agents_settings_once(db, tmp_path):
     call_command("seed_demo", "--agent-env", str(env_file))
     host.refresh_from_db()
     assert host_token_matches(host=host, token=AgentConfig.from_env(read_env_file(env_file)).token)
+
+
+# The source article's elastic group, exactly as printed there (../shared/seeds).
+ARTICLE_HCL = """\
+resource "elastic_gpu" "inference" {
+  min_nodes     = 1
+  max_nodes     = 10
+  scaling_metrics {
+    metric = "gpu_utilization"
+    threshold = 70
+  }
+  warm_pool {
+    size = 2
+    instance_type = "A10"
+  }
+}
+"""
+
+
+def test_the_articles_hcl_applies_on_the_demo_data_unchanged(db, tmp_path, sent):
+    from gpurental.groups import services
+    from gpurental.rentals.models import Instance
+
+    env_file = tmp_path / "local-agent.env"
+    call_command("seed_demo", "--agent-env", str(env_file))
+    # Two models on two hosts: the spec matrix shows both with GPUs.
+    a10 = Host.objects.get(name="local-a10")
+    assert (a10.gpus.count(), a10.gpus.first().model.short_name) == (4, "A10")
+    second = (tmp_path / "local-agent-a10.env").read_text()
+    assert "GPURENTAL_HOST_NAME=local-a10" in second and "NVIDIA A10\n" in second
+    assert (tmp_path / "local-agent-a10.env").stat().st_mode & 0o777 == 0o600
+
+    Host.objects.update(last_heartbeat_at=timezone.now())  # both agents have joined
+    demo = User.objects.get(email="demo@example.com")
+    group = services.group_apply(user=demo, source=ARTICLE_HCL, fmt="hcl").group
+    services.group_tick(group_id=group.pk)
+    replicas = Instance.objects.filter(group=group)
+    assert sorted(replicas.values_list("group_role", flat=True)) == ["serving", "warm", "warm"]
+    assert {r.host.name for r in replicas} == {"local-a10"}
+    assert {r.gpu_model.short_name for r in replicas} == {"A10"}

@@ -30,6 +30,7 @@ from gpurental.agent.topology import simulated_gpu_topology
 # Memory of the models the demo offers, in MiB as NVML reports it.
 KNOWN_MEMORY_MB = {
     "NVIDIA A10G": 23028,
+    "NVIDIA A10": 23028,
     "NVIDIA L4": 23034,
     "NVIDIA A100-SXM4-80GB": 81920,
     "NVIDIA H100 80GB HBM3": 81559,
@@ -38,6 +39,7 @@ NVLINK_MODELS = {"NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"}
 # (idle W, board power limit W, boost SM clock MHz) from the vendors' data sheets.
 POWER_PROFILE = {
     "NVIDIA A10G": (15.0, 300.0, 1710),
+    "NVIDIA A10": (15.0, 150.0, 1695),
     "NVIDIA L4": (16.0, 72.0, 2040),
     "NVIDIA A100-SXM4-80GB": (55.0, 400.0, 1410),
     "NVIDIA H100 80GB HBM3": (70.0, 700.0, 1980),

@@ -7,12 +7,16 @@ from gpurental.console.demo import seed_demo
 
 
 class Command(BaseCommand):
-    help = "Create (or refresh) the demo data: logins, GPU models, plans, images, host 'local'. Idempotent."
+    help = (
+        "Create (or refresh) the demo data: logins, GPU models, plans, images, hosts 'local' "
+        "and 'local-a10'. Idempotent."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
             "--agent-env",
-            help="write the local agent's join settings (broker, name, token) to this file (mode 600)",
+            help="write the local agent's join settings (broker, name, token) to this file "
+            "(mode 600); the second host's go beside it, in local-agent-a10.env",
         )
 
     def handle(self, *args, agent_env=None, **options):
@@ -29,4 +33,9 @@ class Command(BaseCommand):
         if result.host_token and agent_env:
             self.stdout.write(
                 f"  host 'local' (8 simulated A10G GPUs): agent settings written to {agent_env}"
+            )
+        if agent_env:
+            self.stdout.write(
+                "  host 'local-a10' (4 simulated A10 GPUs): its agent's settings are in "
+                f"{Path(agent_env).with_name('local-agent-a10.env')}"
             )
