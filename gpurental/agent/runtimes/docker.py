@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -565,10 +566,23 @@ class DockerRuntime:
         states.pop(None, None)
         return states
 
+    def _disk_usage(self, tries: int = 10) -> dict:
+        """``docker system df``. The engine runs one at a time and refuses a second ("a disk
+        usage operation is already running"), such as another agent's on the same engine:
+        wait for it rather than fail this round."""
+        for attempt in range(tries):
+            try:
+                return self.client.api.df()
+            except docker.errors.APIError as exc:
+                if "already running" not in str(exc) or attempt == tries - 1:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
+
     def workspace_usage(self) -> dict[str, int]:
         """Bytes each instance's /workspace volume holds, as the engine measures it."""
         with _engine_errors("measure the workspaces"):
-            volumes = self.client.api.df().get("Volumes") or []
+            volumes = self._disk_usage().get("Volumes") or []
         usage = {}
         for volume in volumes:
             instance_id = (volume.get("Labels") or {}).get(LABEL_INSTANCE)
@@ -581,7 +595,7 @@ class DockerRuntime:
     def volume_usage(self) -> dict[str, int]:
         """Bytes each of the customers' volumes here holds ({volume id: bytes})."""
         with _engine_errors("measure the volumes"):
-            volumes = self.client.api.df().get("Volumes") or []
+            volumes = self._disk_usage().get("Volumes") or []
         usage = {}
         for volume in volumes:
             labels = volume.get("Labels") or {}
