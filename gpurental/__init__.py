@@ -1,3 +1,3 @@
 """gpurental: a self-hostable GPU rental platform."""
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"
