@@ -41,8 +41,9 @@ def catalog_rows(*, interconnect: str = "", min_vram: str = "", q: str = "") -> 
     rows = []
     for model in models:
         single = next((p for p in model.plans.all() if p.is_active and p.gpu_count == 1), None)
-        free = sum(len(h.free) for h in free_gpus(gpu_model=model, now=now))
-        zones = tuple(zone_availability(gpu_model=model, now=now))
+        hosts = free_gpus(gpu_model=model, now=now)
+        zones = tuple(zone_availability(gpu_model=model, now=now, free=hosts))
+        free = sum(len(h.free) for h in hosts)
         rows.append(CatalogRow(model, model.gpus_total, free, single, zones))
     return rows
 

@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from gpurental.rentals.events import group_state_channel, state_redis
+from gpurental.rentals.events import group_state_channel, group_state_publish
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +26,7 @@ def group_channel(group_id) -> str:
 
 
 def publish_group_changed(group_id) -> None:
-    def send() -> None:
-        try:
-            state_redis().publish(group_channel(group_id), "changed")
-        except Exception:  # noqa: BLE001 - see the module docstring
-            log.warning("could not publish the change of group %s", group_id, exc_info=True)
-
-    transaction.on_commit(send)
+    transaction.on_commit(lambda: group_state_publish(group_id))
 
 
 def group_stream(group_id) -> str:

@@ -33,9 +33,17 @@ def state_channel(instance_id) -> str:
 
 
 def group_state_channel(group_id) -> str:
-    """An elastic group's change channel (gpurental/groups/events.py publishes on it too):
-    the gateways read the group's replica set again."""
+    """An elastic group's change channel: the gateways read the group's replica set again."""
     return f"gpurental:group-state:{group_id}"
+
+
+def group_state_publish(group_id) -> None:
+    """Tell the gateways a group changed (call it after commit). A lost message is
+    harmless: their route TTL picks the change up."""
+    try:
+        state_redis().publish(group_state_channel(group_id), "changed")
+    except Exception:  # noqa: BLE001 - see above
+        log.warning("could not publish the change of group %s", group_id, exc_info=True)
 
 
 @functools.cache

@@ -104,10 +104,14 @@ class ZoneFree:
     gpus_total: int
 
 
-def zone_availability(*, gpu_model: GPUModel, now: datetime) -> list[ZoneFree]:
+def zone_availability(
+    *, gpu_model: GPUModel, now: datetime, free: list[HostFree] | None = None
+) -> list[ZoneFree]:
     """Per zone (by region, then name), the GPUs of ``gpu_model``; zones with none are left
-    out, and so are hosts in no zone."""
-    free_on = {h.host_id: len(h.free) for h in free_gpus(gpu_model=gpu_model, now=now)}
+    out, and so are hosts in no zone. ``free``: ``free_gpus`` already read for it now."""
+    if free is None:
+        free = free_gpus(gpu_model=gpu_model, now=now)
+    free_on = {h.host_id: len(h.free) for h in free}
     rows = (
         GPU.objects.filter(
             model=gpu_model,

@@ -80,26 +80,10 @@ def test_seed_demo_writes_the_local_agents_settings_once(db, tmp_path):
     assert host_token_matches(host=host, token=AgentConfig.from_env(read_env_file(env_file)).token)
 
 
-# The source article's elastic group, exactly as printed there (../shared/seeds).
-ARTICLE_HCL = """\
-resource "elastic_gpu" "inference" {
-  min_nodes     = 1
-  max_nodes     = 10
-  scaling_metrics {
-    metric = "gpu_utilization"
-    threshold = 70
-  }
-  warm_pool {
-    size = 2
-    instance_type = "A10"
-  }
-}
-"""
-
-
 def test_the_articles_hcl_applies_on_the_demo_data_unchanged(db, tmp_path, sent):
     from gpurental.groups import services
     from gpurental.rentals.models import Instance
+    from tests.groups.surfaces import ARTICLE_HCL  # as printed in the article
 
     env_file = tmp_path / "local-agent.env"
     call_command("seed_demo", "--agent-env", str(env_file))

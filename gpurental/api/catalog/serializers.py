@@ -59,14 +59,20 @@ class GPUModelSerializer(serializers.ModelSerializer):
             "zones",
         ]
 
+    def _free(self, obj: GPUModel):
+        """``free_gpus`` of this model, read once for both fields."""
+        cache = self.context.setdefault("free_gpus", {})
+        if obj.pk not in cache:
+            cache[obj.pk] = free_gpus(gpu_model=obj, now=self.context["now"])
+        return cache[obj.pk]
+
     @extend_schema_field(ZoneFreeSerializer(many=True))
     def get_zones(self, obj: GPUModel) -> list[dict]:
-        zones = zone_availability(gpu_model=obj, now=self.context["now"])
+        zones = zone_availability(gpu_model=obj, now=self.context["now"], free=self._free(obj))
         return ZoneFreeSerializer(zones, many=True).data
 
     def get_gpus_free(self, obj: GPUModel) -> int:
-        hosts = free_gpus(gpu_model=obj, now=self.context["now"])
-        return sum(len(host.free) for host in hosts)
+        return sum(len(host.free) for host in self._free(obj))
 
 
 class PlanSerializer(serializers.ModelSerializer):

@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.models import User
 from gpurental.notifications.services import notify
-from gpurental.rentals.events import group_state_channel, publish_instance_event, state_redis
+from gpurental.rentals.events import group_state_publish, publish_instance_event
 from gpurental.rentals.exceptions import InvalidTransition
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
 
@@ -99,19 +99,12 @@ def _move(
     if to == S.RUNNING and instance.group_id is not None:
         # A replica is up: the gateways take it into the balance now, not at their route TTL.
         group_id = str(instance.group_id)
-        transaction.on_commit(lambda: _publish_group(group_id))
+        transaction.on_commit(lambda: group_state_publish(group_id))
     if old == S.RUNNING and instance.group_id is not None and instance.group_role == "serving":
         # A serving replica is gone (its container died, its host went silent): its group
         # replaces it now (a warm replica is promoted), not at the autoscaler's next round.
         group_id = str(instance.group_id)
         transaction.on_commit(lambda: _wake_group(group_id))
-
-
-def _publish_group(group_id: str) -> None:
-    try:
-        state_redis().publish(group_state_channel(group_id), "changed")
-    except Exception:  # noqa: BLE001 - the gateways' route TTL picks it up anyway
-        log.warning("could not publish the change of group %s", group_id, exc_info=True)
 
 
 def _wake_group(group_id: str) -> None:
