@@ -526,9 +526,17 @@ SNAPSHOT_PART_MB = int(os.environ.get("SNAPSHOT_PART_MB", "64"))
 RECONCILE_INTERVAL = env_int("RECONCILE_INTERVAL", 10)
 # --- Host acceptance benchmark (gpurental/acceptance/; README "Reading the acceptance report") ---
 # A host takes placements only when every compared figure is at least this fraction of nominal.
-ACCEPTANCE_THRESHOLD = float(os.environ.get("ACCEPTANCE_THRESHOLD", "0.85"))
-if not 0 < ACCEPTANCE_THRESHOLD <= 1:
-    raise ImproperlyConfigured(f"ACCEPTANCE_THRESHOLD={ACCEPTANCE_THRESHOLD} must be in (0, 1]")
+# Fractions of the data sheet's nominal a healthy card reaches: dense GEMMs run below the
+# boost-clock peak once the card is at its power cap (about 65-76 % on an H200), while
+# memory, host copies, links and the network get close to theirs (86-88 % on an H200).
+ACCEPTANCE_THRESHOLD = float(os.environ.get("ACCEPTANCE_THRESHOLD", "0.80"))
+ACCEPTANCE_THRESHOLD_GEMM = float(os.environ.get("ACCEPTANCE_THRESHOLD_GEMM", "0.60"))
+for _name, _value in (
+    ("ACCEPTANCE_THRESHOLD", ACCEPTANCE_THRESHOLD),
+    ("ACCEPTANCE_THRESHOLD_GEMM", ACCEPTANCE_THRESHOLD_GEMM),
+):
+    if not 0 < _value <= 1:
+        raise ImproperlyConfigured(f"{_name}={_value} must be in (0, 1]")
 ACCEPTANCE_IMAGE_GPU = os.environ.get("ACCEPTANCE_IMAGE_GPU", "gpurental/pytorch:2.13.0-cuda")
 ACCEPTANCE_IMAGE_CPU = os.environ.get("ACCEPTANCE_IMAGE_CPU", "gpurental/pytorch:2.13.0-cpu")
 ACCEPTANCE_SMOKE = env_bool("ACCEPTANCE_SMOKE", False)  # small sizes: seconds, not minutes

@@ -1,6 +1,7 @@
 """Host acceptance: the nominal figures a host is measured against, and each run's results."""
 
 import uuid
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
@@ -108,7 +109,15 @@ class AcceptanceRun(models.Model):
     image = models.CharField(max_length=255)
     smoke = models.BooleanField(default=False)
     threshold = models.DecimalField(
-        max_digits=4, decimal_places=3, help_text="Fraction of nominal needed, at request time"
+        max_digits=4,
+        decimal_places=3,
+        help_text="Fraction of nominal needed (memory, links, network), at request time",
+    )
+    gemm_threshold = models.DecimalField(
+        max_digits=4,
+        decimal_places=3,
+        default=Decimal("0.600"),
+        help_text="Fraction of the data sheet's dense GEMM peaks needed, at request time",
     )
     device = models.CharField(max_length=8, blank=True, help_text="cuda or cpu, as measured")
     # [{"key", "label", "unit", "measured", "nominal", "percent", "passed", "note",
@@ -130,6 +139,10 @@ class AcceptanceRun(models.Model):
             models.CheckConstraint(
                 condition=Q(threshold__gt=0) & Q(threshold__lte=1),
                 name="acceptance_threshold_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(gemm_threshold__gt=0) & Q(gemm_threshold__lte=1),
+                name="acceptance_gemm_threshold_range",
             ),
         ]
         indexes = [models.Index(fields=["host", "-requested_at"])]

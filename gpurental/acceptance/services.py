@@ -148,6 +148,7 @@ def acceptance_run_request(
             image=_image_for(host),
             smoke=settings.ACCEPTANCE_SMOKE if smoke is None else smoke,
             threshold=Decimal(str(settings.ACCEPTANCE_THRESHOLD)),
+            gemm_threshold=Decimal(str(settings.ACCEPTANCE_THRESHOLD_GEMM)),
         )
         host = host_acceptance_start(
             host=host,
@@ -256,6 +257,7 @@ def acceptance_run_record(
             per_cpu_core=bool(spec and spec.per_cpu_core),
             nic_gbps=_nic_gbps(host.topology),
             threshold=float(run.threshold),
+            gemm_threshold=float(run.gemm_threshold),
             expected_device=expected,
             expected_gpus=gpu_count,
             previous=_previous_figures(run, device),
