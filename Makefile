@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test test-fast fuzz bench-smoke deploy-smoke drill upgrade-check test-failover lint format images docker-engine lock migrate clean-var client-dist messages
+.PHONY: install demo test test-fast fuzz bench-smoke deploy-smoke drill upgrade-check test-failover lint format images images-cuda docker-engine lock migrate clean-var client-dist messages
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -125,6 +125,12 @@ lock:
 # (debootstrap); cached afterwards.
 images:
 	images/build.sh
+
+# The CUDA images (CUDA 11.8 and 12.4 runtimes, PyTorch 2.1.2 and 2.13.0, TensorFlow 2.18),
+# built from NVIDIA's and the frameworks' wheels: ~10 GB of downloads, so not in `make images`.
+# `manage.py catalog_starter --cuda` puts them in the catalog.
+images-cuda:
+	images/build.sh cuda
 
 # A Docker Engine on this machine (Debian's docker.io), for development and CI.
 docker-engine:

@@ -34,7 +34,8 @@ FORCE=${FORCE:-0}
 
 SUITE=bookworm
 BASE_TAG=gpurental/base:$SUITE
-BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,openssh-server,rsync
+# iputils-ping and iperf3: the article's network test (`ping`, `iperf3 -c`) from any instance.
+BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,bash,passwd,procps,less,openssh-server,rsync,iputils-ping,iperf3
 JUPYTER_TAG=gpurental/jupyter-cpu:latest
 SERVING_TAG=gpurental/serving-echo:latest
 WHEELS="$CACHE/wheels/jupyter"
@@ -381,6 +382,83 @@ build_serving_embed() {
     docker image prune --force --filter label=gpurental.image >/dev/null
 }
 
+# --- make images-cuda: the CUDA images (images/cuda/) ----------------------------
+
+# tag | requirements file | the CUDA release its runtime wheels must be | title
+CUDA_IMAGES=(
+    "gpurental/cuda:11.8|cuda-11.8.txt|11.8|gpurental CUDA 11.8 runtime + JupyterLab"
+    "gpurental/cuda:12.4|cuda-12.4.txt|12.4|gpurental CUDA 12.4 runtime + JupyterLab"
+    "gpurental/pytorch:2.1.2-cuda|pytorch-2.1.txt|12.1|gpurental PyTorch 2.1.2 (CUDA 12.1) + transformers + JupyterLab"
+    "gpurental/pytorch:$TORCH_VERSION-cuda|pytorch-2.13.txt|13.0|gpurental PyTorch $TORCH_VERSION (CUDA 13.0) + transformers + JupyterLab"
+    "gpurental/tensorflow:2.18.1-cuda|tensorflow-2.18.txt|12.5|gpurental TensorFlow 2.18.1 (CUDA 12.5) + JupyterLab"
+)
+
+# The CUDA release of the runtime among downloaded wheels: nvidia_cuda_runtime_cu12-12.1.105
+# → 12.1; CUDA 13's wheels drop the suffix (nvidia_cuda_runtime-13.0.96). Empty if none.
+cuda_of_wheels() {
+    find "$1" -name 'nvidia_cuda_runtime*.whl' -printf '%f\n' \
+        | sed -E 's/^nvidia_cuda_runtime(_cu[0-9]+)?-([0-9]+)\.([0-9]+).*/\2.\3/' | sort -u | head -n1
+}
+
+build_cuda_image() {  # "tag|requirements|cuda|title"
+    local tag reqs cuda title name want dest ctx got log
+    IFS='|' read -r tag reqs cuda title <<<"$1"
+    name=${tag#gpurental/}
+    name=${name%%:*}
+    dest="$CACHE/wheels/cuda-${tag##*:}-$name"
+    want=$({ cat "$IMAGES/cuda/$reqs"; printf '%s\n' "${PT_PIP_TARGET[@]}"; } | hash_of)
+    if [ "$FORCE" = 1 ] || [ "$(cat "$dest/.inputs" 2>/dev/null)" != "$want" ]; then
+        say "$tag: pip download $(grep -v '^#' "$IMAGES/cuda/$reqs" | tr '\n' ' ')(GBs: minutes)…"
+        rm -rf "$dest" && mkdir -p "$dest"
+        pip_download_into "$dest" "$IMAGES/cuda/$reqs" \
+            || die "pip download for $tag failed (is a package index reachable?)"
+        echo "$want" >"$dest/.inputs"
+        say "$tag: $(find "$dest" -name '*.whl' | wc -l) wheels, $(du -sh "$dest" | cut -f1)"
+    fi
+    got=$(cuda_of_wheels "$dest")
+    [ "$got" = "$cuda" ] || die "$tag should carry CUDA $cuda, its wheels bring '${got:-none}'"
+    want=$({
+        docker image inspect --format '{{.Id}}' "$JUPYTER_TAG"
+        cat "$dest/.inputs"
+        echo "$tag $cuda $title"
+        sha256sum "$IMAGES/cuda/Dockerfile" | cut -c1-64
+    } | hash_of)
+    if [ "$FORCE" != 1 ] && [ "$(image_label "$tag" gpurental.inputs)" = "$want" ]; then
+        say "$tag: up to date"
+        return
+    fi
+    ctx="$CACHE/context/cuda-$name"
+    rm -rf "$ctx" && mkdir -p "$ctx/wheels"
+    cp "$IMAGES/cuda/Dockerfile" "$ctx/"
+    cp "$IMAGES/cuda/$reqs" "$ctx/requirements.txt"
+    cp -al "$dest"/*.whl "$ctx/wheels/" 2>/dev/null || cp -a "$dest"/*.whl "$ctx/wheels/"
+    log="$CACHE/cuda-$name-${tag##*:}-build.log"
+    say "$tag: docker build FROM $JUPYTER_TAG (CUDA $cuda)…"
+    docker build --label "gpurental.inputs=$want" --build-arg "NAME=$name" \
+        --build-arg "CUDA_VERSION=$cuda" --build-arg "TITLE=$title" -t "$tag" "$ctx" >"$log" 2>&1 \
+        || { tail -n 30 "$log" >&2; die "docker build of $tag failed; log: $log"; }
+    rm -rf "$ctx/wheels"
+    docker image prune --force --filter label=gpurental.image >/dev/null
+    say "$tag: $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.1f GB", $1/1e9}')"
+}
+
+# `images/build.sh cuda [TAG…]`: the base and jupyter-cpu if needed, then the CUDA images
+# (all, or those named). Separate from `make images` for the downloads (~10 GB).
+build_cuda_images() {
+    local t0=$SECONDS entry
+    mkdir -p "$CACHE"
+    check_engine
+    timed build_base
+    timed download_wheels
+    timed build_jupyter
+    for entry in "${CUDA_IMAGES[@]}"; do
+        if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -qxF "${entry%%|*}"; then
+            timed build_cuda_image "$entry"
+        fi
+    done
+    say "CUDA images done in $((SECONDS - t0)) s"
+}
+
 timed() {
     local t0=$SECONDS
     "$@"
@@ -409,11 +487,19 @@ if [ "${1:-}" = base ]; then
     exit 0
 fi
 
-# `images/build.sh tags`: every tag this script builds (both PyTorch variants), one a
-# line, building nothing: what the catalog's image templates may name (tests hold them to it).
+if [ "${1:-}" = cuda ]; then
+    shift
+    build_cuda_images "$@"
+    exit 0
+fi
+
+# `images/build.sh tags`: every tag this script builds (both PyTorch variants and the CUDA
+# images), one a line, building nothing: what the catalog's image templates may name (tests
+# hold them to it).
 if [ "${1:-}" = tags ]; then
     printf '%s\n' "$BASE_TAG" "$JUPYTER_TAG" "$SERVING_TAG" "$EMBED_TAG" \
-        "gpurental/pytorch:$TORCH_VERSION-cpu" "gpurental/pytorch:$TORCH_VERSION-cuda"
+        "gpurental/pytorch:$TORCH_VERSION-cpu" "gpurental/pytorch:$TORCH_VERSION-cuda" \
+        | cat - <(printf '%s\n' "${CUDA_IMAGES[@]}" | cut -d'|' -f1) | sort -u
     exit 0
 fi
 

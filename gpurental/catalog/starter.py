@@ -112,6 +112,7 @@ IMAGES = [
         "name": "PyTorch 2.13 + CUDA 13.0 + JupyterLab",
         "image": "gpurental/pytorch:2.13.0-cuda",
         "cpu_image": "gpurental/pytorch:2.13.0-cpu",
+        "cuda_version": "13.0",
         "ssh_port": 2222,
         "description": "torch 2.13.0 (CUDA 13.0 wheels on NVIDIA hosts, CPU wheels on "
         "simulated ones), transformers 5.18.0, JupyterLab 4.6.6 on Debian 12.",
@@ -130,12 +131,57 @@ IMAGES = [
     },
 ]
 
+# What `make images-cuda` builds (images/build.sh cuda): loaded with `manage.py
+# catalog_starter --cuda` on a fleet whose GPU hosts have them. Each runs where the host's
+# driver supports its CUDA (fleet.drivers); on simulated hosts the CPU build stands in.
+CUDA_IMAGES = [
+    {
+        "slug": "cuda-11.8",
+        "name": "CUDA 11.8 runtime + JupyterLab",
+        "image": "gpurental/cuda:11.8",
+        "cpu_image": "gpurental/jupyter-cpu:latest",
+        "cuda_version": "11.8",
+        "ssh_port": 2222,
+        "description": "cudart, cuBLAS and NVRTC 11.8 (NVIDIA's wheels) with JupyterLab 4 "
+        "on Debian 12: bring your own framework. JupyterLab alone on simulated hosts.",
+    },
+    {
+        "slug": "cuda-12.4",
+        "name": "CUDA 12.4 runtime + JupyterLab",
+        "image": "gpurental/cuda:12.4",
+        "cpu_image": "gpurental/jupyter-cpu:latest",
+        "cuda_version": "12.4",
+        "ssh_port": 2222,
+        "description": "cudart, cuBLAS and NVRTC 12.4 (NVIDIA's wheels) with JupyterLab 4 "
+        "on Debian 12: bring your own framework. JupyterLab alone on simulated hosts.",
+    },
+    {
+        "slug": "pytorch-2.1.2",
+        "name": "PyTorch 2.1.2 + CUDA 12.1 + JupyterLab",
+        "image": "gpurental/pytorch:2.1.2-cuda",
+        "cuda_version": "12.1",
+        "ssh_port": 2222,
+        "description": "torch 2.1.2 (CUDA 12.1 wheels), transformers 4.36.2, numpy 1.26, "
+        "JupyterLab 4 on Debian 12: the article's PyTorch 2.1.",
+    },
+    {
+        "slug": "tensorflow-2.18",
+        "name": "TensorFlow 2.18 + CUDA 12.5 + JupyterLab",
+        "image": "gpurental/tensorflow:2.18.1-cuda",
+        "cuda_version": "12.5",
+        "ssh_port": 2222,
+        "description": "tensorflow[and-cuda] 2.18.1 (CUDA 12.5, cuDNN 9 wheels), "
+        "JupyterLab 4 on Debian 12.",
+    },
+]
+
 PLAN_SIZES = (1, 2, 4, 8)
 
 
 @transaction.atomic
-def starter_catalog_load() -> dict[str, GPUModel]:
-    """GPU models, plans and images as above; returns the GPU models by slug."""
+def starter_catalog_load(*, cuda: bool = False) -> dict[str, GPUModel]:
+    """GPU models, plans and images as above (with ``cuda``, the CUDA images too); returns
+    the GPU models by slug."""
     models = {}
     for spec in GPU_MODELS:
         spec = dict(spec)
@@ -162,7 +208,7 @@ def starter_catalog_load() -> dict[str, GPUModel]:
                 },
             )
 
-    for spec in IMAGES:
+    for spec in IMAGES + (CUDA_IMAGES if cuda else []):
         spec = dict(spec)
         aliases = spec.pop("aliases", {})
         template, _ = ImageTemplate.objects.update_or_create(slug=spec.pop("slug"), defaults=spec)

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from gpurental.accounts.services import api_key_create
 from gpurental.catalog.models import ImageAlias, ImageTemplate
 from gpurental.catalog.selectors import image_resolve
-from gpurental.catalog.starter import IMAGES
+from gpurental.catalog.starter import CUDA_IMAGES, IMAGES
 from gpurental.rentals import hostcalls
 from gpurental.rentals.models import Instance
 from tests.api.conftest import assert_error
@@ -43,6 +43,19 @@ def test_the_demo_catalog_names_only_images_that_make_images_builds():
     }
     assert named <= tags, named - tags
     assert "pytorch-2.1" in next(s for s in IMAGES if s["slug"] == "pytorch-2.13")["aliases"]
+
+
+def test_the_cuda_catalog_names_what_make_images_cuda_builds_with_its_cuda():
+    """catalog_starter --cuda: each template's image is a tag of images/build.sh cuda, and
+    its CUDA is the one that build checks its wheels against (images/build.sh CUDA_IMAGES)."""
+    tags = built_tags()
+    script = (REPO / "images" / "build.sh").read_text()
+    for spec in CUDA_IMAGES:
+        assert spec["image"] in tags
+        tag = spec["image"].replace("2.13.0", "$TORCH_VERSION")
+        assert (
+            f'"{tag}|' in script and f"|{spec['cuda_version']}|" in script.split(f'"{tag}|')[1][:40]
+        )
 
 
 @pytest.fixture
@@ -191,3 +204,23 @@ def test_staff_add_an_alias_in_the_back_office_and_it_is_audited(pytorch, carol,
     assert image_resolve("pytorch").template == pytorch
     event = AuditEvent.objects.filter(action="admin.change", changes__has_key="aliases").get()
     assert event.changes == {"aliases": ["pytorch", "pytorch-2.1"], "were": ["pytorch-2.1"]}
+
+
+def test_catalog_starter_adds_the_cuda_images_only_when_asked(db):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    call_command("catalog_starter", stdout=StringIO())
+    assert not ImageTemplate.objects.filter(slug="pytorch-2.1.2").exists()
+    assert ImageTemplate.objects.get(slug="pytorch-2.13").cuda_version == "13.0"
+    call_command("catalog_starter", "--cuda", stdout=StringIO())
+    cudas = dict(ImageTemplate.objects.values_list("slug", "cuda_version"))
+    assert {
+        k: cudas[k] for k in ("cuda-11.8", "cuda-12.4", "pytorch-2.1.2", "tensorflow-2.18")
+    } == {
+        "cuda-11.8": "11.8",
+        "cuda-12.4": "12.4",
+        "pytorch-2.1.2": "12.1",
+        "tensorflow-2.18": "12.5",
+    }

@@ -9,8 +9,16 @@ class Command(BaseCommand):
         "builds); no logins. Idempotent: edit prices in the back-office afterwards."
     )
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--cuda",
+            action="store_true",
+            help="also the CUDA images `make images-cuda` builds (CUDA 11.8 and 12.4, "
+            "PyTorch 2.1.2, TensorFlow 2.18): for GPU hosts that have them",
+        )
+
     def handle(self, *args, **options):
-        models = starter_catalog_load()
+        models = starter_catalog_load(cuda=options["cuda"])
         self.stdout.write(
             self.style.SUCCESS(f"Starter catalog loaded: {', '.join(sorted(models))}.")
         )
