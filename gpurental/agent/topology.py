@@ -193,5 +193,10 @@ def read_nics(sys_root: str = "/sys") -> list[dict]:
 
 
 def host_topology(source, *, sys_root: str = "/sys") -> dict:
-    """GPU pairs from the GPU source and the NICs from sysfs, in one dict for the heartbeat."""
-    return {**source.topology(), "nics": read_nics(sys_root)}
+    """GPU pairs from the GPU source, the NICs from sysfs and the driver (its version, and
+    the newest CUDA it supports: fleet.drivers), in one dict for the heartbeat."""
+    driver = {
+        "version": str(getattr(source, "driver_version", "")),
+        "cuda": getattr(source, "driver_cuda", None),
+    }
+    return {**source.topology(), "nics": read_nics(sys_root), "driver": driver}

@@ -1,4 +1,5 @@
 import datetime as dt
+import re
 from decimal import Decimal
 
 from django.contrib.postgres.fields import ArrayField
@@ -176,6 +177,13 @@ class ImageTemplate(models.Model):
         default=list, blank=True, help_text="Overrides the image's command; [] = default"
     )
     env = models.JSONField(default=dict, blank=True)
+    cuda_version = models.CharField(
+        max_length=5,
+        blank=True,
+        validators=[RegexValidator(r"^\d{1,2}\.\d{1,2}$", "a CUDA release such as 12.1")],
+        help_text="The CUDA release the GPU image is built for (its gpurental.cuda label); "
+        "hosts whose driver supports less are not chosen. Empty: no CUDA in it",
+    )
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
 
@@ -193,6 +201,12 @@ class ImageTemplate(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def framework(self) -> str:
+        """The slug up to its version: "pytorch" of pytorch-2.13, "cuda" of cuda-12.4,
+        "jupyter-cpu" of jupyter-cpu."""
+        return re.split(r"-(?=\d)", self.slug, maxsplit=1)[0]
 
     def image_for(self, gpu_source: str) -> str:
         return self.cpu_image if gpu_source == "simulated" and self.cpu_image else self.image

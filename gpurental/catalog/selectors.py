@@ -74,3 +74,32 @@ def image_names_offered() -> list[str]:
     slugs = sorted(active.values_list("slug", flat=True))
     aliases = sorted(ImageAlias.objects.filter(template__in=active).values_list("name", flat=True))
     return slugs + aliases
+
+
+@dataclass(frozen=True)
+class ImageMatrix:
+    """Active images as frameworks × CUDA releases: ``cudas`` the columns, oldest first
+    ("" last: no CUDA in the image); ``rows`` (framework, [templates per column])."""
+
+    cudas: list[str]
+    rows: list[tuple[str, list[list[ImageTemplate]]]]
+
+
+def image_matrix() -> ImageMatrix:
+    def release(cuda: str) -> tuple:
+        return (1, ()) if not cuda else (0, tuple(int(p) for p in cuda.split(".")))
+
+    templates = list(ImageTemplate.objects.filter(is_active=True).prefetch_related("aliases"))
+    cudas = sorted({t.cuda_version for t in templates}, key=release)
+    frameworks = sorted({t.framework for t in templates})
+    rows = [
+        (
+            framework,
+            [
+                [t for t in templates if t.framework == framework and t.cuda_version == cuda]
+                for cuda in cudas
+            ],
+        )
+        for framework in frameworks
+    ]
+    return ImageMatrix(cudas, rows)

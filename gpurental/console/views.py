@@ -39,7 +39,7 @@ from gpurental.accounts.services import (
 from gpurental.addresses import client_ip
 from gpurental.billing import pricing, reports
 from gpurental.billing.selectors import operator_zone
-from gpurental.catalog.selectors import catalog_rows
+from gpurental.catalog.selectors import catalog_rows, image_matrix
 from gpurental.console import selectors
 from gpurental.console.forms import ApiKeyForm, LaunchForm, MonthForm, ReservationForm, SignupForm
 from gpurental.fleet.lifecycle import STAFF_ACTIONS as HOST_TRANSITIONS
@@ -71,7 +71,9 @@ REQUESTED = {
 def home(request):
     filters = {k: request.GET.get(k, "") for k in ("interconnect", "min_vram", "q")}
     return render(
-        request, "console/home.html", {"rows": catalog_rows(**filters), "filters": filters}
+        request,
+        "console/home.html",
+        {"rows": catalog_rows(**filters), "filters": filters, "images": image_matrix()},
     )
 
 

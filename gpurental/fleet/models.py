@@ -81,6 +81,15 @@ class Host(models.Model):
         blank=True,
         help_text="GPU pairs (NVLink, NVSwitch, PCIe) and NICs, as the agent reads them",
     )
+    driver_version = models.CharField(
+        max_length=32, blank=True, help_text="The NVIDIA driver, as the agent reads it"
+    )
+    driver_cuda = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The newest CUDA the driver supports, as NVML writes it (12040 = 12.4); "
+        "placement refuses images that need more (fleet.drivers)",
+    )
     notes = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -89,6 +98,12 @@ class Host(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def driver_cuda_text(self) -> str:
+        from gpurental.fleet.drivers import cuda_text
+
+        return cuda_text(self.driver_cuda)
 
     def heartbeat_fresh(self, now) -> bool:
         """Heart-beating: its last beat is at most ``HOST_OFFLINE_AFTER`` seconds old."""

@@ -15,7 +15,7 @@ from gpurental.accounts.models import User
 from gpurental.accounts.services import audit_record
 from gpurental.agent.sampler import telemetry_url_from_broker
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet import broker, hostlink, signals
+from gpurental.fleet import broker, drivers, hostlink, signals
 from gpurental.fleet.lifecycle import host_mark_online
 from gpurental.fleet.models import GPU, GPUSource, Host, HostStatus
 
@@ -218,7 +218,8 @@ def host_heartbeat_record(
         if topology is not None and topology != host.topology:
             old_fabric = (host.topology or {}).get("fabric")
             host.topology = topology
-            host.save(update_fields=["topology"])
+            host.driver_version, host.driver_cuda = drivers.driver_of(topology)
+            host.save(update_fields=["topology", "driver_version", "driver_cuda"])
             audit_record(
                 action="host.topology",
                 obj=host,

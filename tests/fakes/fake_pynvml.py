@@ -134,6 +134,11 @@ def nvmlSystemGetDriverVersion() -> str:
     return "550.54.15"
 
 
+def nvmlSystemGetCudaDriverVersion() -> int:
+    _check()
+    return 12040  # what driver 550.54 supports: CUDA 12.4
+
+
 def nvmlDeviceGetCount() -> int:
     _count("nvmlDeviceGetCount")
     _check()

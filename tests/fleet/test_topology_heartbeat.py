@@ -80,3 +80,20 @@ def test_an_oversized_topology_is_not_kept(make_host, a100):
     host_heartbeat(**message)
     host.refresh_from_db()
     assert host.topology == {}
+
+
+def test_the_drivers_cuda_is_stored_from_the_heartbeat(make_host, a100):
+    """NVML's nvmlSystemGetCudaDriverVersion (12040 for driver 550.54) rides with the
+    topology; the host keeps it for placement (fleet.drivers)."""
+    a100.nvml_names = ["NVIDIA L4"]
+    a100.save()
+    host = make_host("pcie-1", a100, count=0)
+    fake_pynvml.install(fake_pynvml.pcie_layout(2))
+    (message,) = beat(host, NvmlSource(module=fake_pynvml))
+    host_heartbeat(**message)
+    host.refresh_from_db()
+    assert (host.driver_version, host.driver_cuda, host.driver_cuda_text) == (
+        "550.54.15",
+        12040,
+        "12.4",
+    )

@@ -52,6 +52,10 @@ class NvmlSource:
             raise NvmlUnavailable("NVML found no GPU on this host")
         self.handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.driver_version = _text(self._nvml.nvmlSystemGetDriverVersion())
+        try:  # the newest CUDA the driver supports: 12040 = 12.4
+            self.driver_cuda: int | None = int(self._nvml.nvmlSystemGetCudaDriverVersion())
+        except (self._nvml.NVMLError, AttributeError):
+            self.driver_cuda = None
         self._executor: ThreadPoolExecutor | None = None
         self._inflight: dict[int, Future] = {}
 

@@ -63,6 +63,7 @@ def _clamp(value: float, low: float, high: float) -> float:
 class SimulatedSource:
     kind = "simulated"
     driver_version = "simulated"
+    driver_cuda = None  # no driver: the image's CPU build runs
 
     def __init__(self, *, host_name: str, model_name: str = "NVIDIA A10G", count: int = 8):
         if count < 1:

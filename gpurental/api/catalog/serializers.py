@@ -128,7 +128,17 @@ class ImageSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ImageTemplate
-        fields = ["slug", "name", "description", "port", "aliases"]
+        fields = ["slug", "name", "framework", "cuda_version", "description", "port", "aliases"]
+        extra_kwargs = {
+            "cuda_version": {
+                "help_text": "The CUDA release the image is built for ('' for none): it runs "
+                "on hosts whose NVIDIA driver supports this release or newer"
+            }
+        }
+
+    framework = serializers.CharField(
+        read_only=True, help_text="The framework: the slug's name part (pytorch, tensorflow, cuda)"
+    )
 
 
 def _choices(values) -> str:

@@ -27,7 +27,8 @@ from django.utils.translation import gettext as _
 from psycopg.types.range import Range
 
 from gpurental.catalog.models import GPUModel
-from gpurental.fleet.models import GPU, Host, Zone
+from gpurental.fleet.drivers import cuda_int, cuda_text
+from gpurental.fleet.models import GPU, GPUSource, Host, Zone
 from gpurental.rentals import selectors
 from gpurental.rentals.exceptions import NoCapacity
 from gpurental.rentals.models import Allocation, Instance, Reservation
@@ -91,6 +92,39 @@ def _no_capacity_message(
     if release is not None:
         parts.append(_("the next one frees up at %(at)s UTC") % {"at": f"{release:%Y-%m-%d %H:%M}"})
     return _("; ").join(parts)
+
+
+def _drivers_too_old(hosts, cuda: str):
+    """The NVIDIA hosts among ``hosts`` whose driver supports a CUDA older than ``cuda``
+    (those that have not said stay: the container toolkit's NVIDIA_REQUIRE_CUDA has the
+    last word there)."""
+    return hosts.filter(gpu_source=GPUSource.NVML, driver_cuda__lt=cuda_int(cuda))
+
+
+def _driver_refusal(*, gpu_model, count, now, hosts, cuda: str, image: str) -> str | None:
+    """Why the launch found no room when drivers too old for its image hid free GPUs."""
+    free = [
+        h
+        for h in selectors.free_gpus(gpu_model=gpu_model, now=now, hosts=hosts)
+        if len(h.free) >= count
+    ]
+    if not free:
+        return None
+    newest = max(
+        Host.objects.filter(pk__in=[h.host_id for h in free]).values_list("driver_cuda", flat=True)
+    )
+    return _(
+        "%(image)s needs CUDA %(cuda)s, and the %(n)s host(s) with %(count)s× %(model)s free "
+        "have NVIDIA drivers for CUDA %(newest)s at most; choose an image for an older CUDA, "
+        "or ask the operator to update their drivers"
+    ) % {
+        "image": image,
+        "cuda": cuda,
+        "n": len(free),
+        "count": count,
+        "model": gpu_model.short_name,
+        "newest": cuda_text(newest),
+    }
 
 
 class _Busy(Exception):
@@ -232,10 +266,14 @@ def gpus_allocate(
     host: Host | None = None,
     zone: Zone | None = None,
     prefer=None,
+    cuda: str = "",
+    image: str = "",
 ) -> Proposal:
     """Hold ``count`` GPUs for ``instance`` from ``now`` on (open-ended). Raises NoCapacity.
 
     ``zone``: only hosts in it (unless ``host`` is given).
+    ``cuda``: the CUDA release ``image`` needs: NVIDIA hosts whose driver supports less are
+    not chosen (fleet.drivers).
     ``prefer``: ids of hosts to try first (a subquery: those with the launch's model in
     their cache), each group in the usual order (``placement.preferred_first``)."""
     if host is not None:
@@ -244,6 +282,14 @@ def gpus_allocate(
         hosts = selectors.schedulable_hosts(now=now)
         if zone is not None:
             hosts = hosts.filter(zone=zone)
+    too_old, blocked = None, False
+    if cuda:
+        pool = Host.objects.filter(pk=host.pk) if host is not None else hosts
+        too_old = _drivers_too_old(pool, cuda)
+        if host is not None:
+            blocked = too_old.exists()
+        else:
+            hosts = hosts.exclude(pk__in=too_old.values("pk"))
     period = selectors.from_now(now)
 
     def candidates(paged, seen):
@@ -258,7 +304,13 @@ def gpus_allocate(
             among(hosts.filter(pk__in=prefer)), among(hosts.exclude(pk__in=prefer))
         )
 
-    proposal = _hold(candidates, {"instance": instance}, period)
+    proposal = None if blocked else _hold(candidates, {"instance": instance}, period)
+    if proposal is None and too_old is not None:
+        why = _driver_refusal(
+            gpu_model=gpu_model, count=count, now=now, hosts=too_old, cuda=cuda, image=image
+        )
+        if why:
+            raise NoCapacity(why, field="image")
     if proposal is None:
         raise NoCapacity(
             _no_capacity_message(gpu_model=gpu_model, count=count, now=now, host=host, zone=zone),

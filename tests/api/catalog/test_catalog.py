@@ -81,12 +81,34 @@ def test_images(as_alice, image):
         {
             "slug": "jupyter-cpu",
             "name": "JupyterLab",
+            "framework": "jupyter-cpu",
+            "cuda_version": "",
             "description": "",
             "port": 8888,
             "aliases": [],
         }
     ]
     assert as_alice.get("/api/v1/images/jupyter-cpu/").json()["port"] == 8888
+
+
+def test_images_say_their_framework_and_cuda_and_the_home_page_shows_the_matrix(
+    as_alice, client, image
+):
+    for slug, cuda in (("pytorch-2.1.2", "12.1"), ("pytorch-2.13", "13.0"), ("cuda-12.4", "12.4")):
+        ImageTemplate.objects.create(slug=slug, name=slug, image=f"{slug}:x", cuda_version=cuda)
+    rows = {r["slug"]: r for r in as_alice.get("/api/v1/images/").json()["results"]}
+    assert (rows["pytorch-2.1.2"]["framework"], rows["pytorch-2.1.2"]["cuda_version"]) == (
+        "pytorch",
+        "12.1",
+    )
+    page = client.get("/").text.split('id="image-matrix"')[1].split("</table>")[0]
+    header = page.split("</thead>")[0]
+    # Columns: CUDA releases oldest first, then the images without CUDA.
+    assert header.index("CUDA 12.1") < header.index("CUDA 12.4") < header.index("CUDA 13.0")
+    assert header.index("CUDA 13.0") < header.index("no CUDA")
+    pytorch = next(row for row in page.split("<tr>") if "<th>pytorch</th>" in row)
+    cells = pytorch.split("<td>")[1:]
+    assert "pytorch-2.1.2" in cells[0] and "pytorch-2.13" in cells[2] and "—" in cells[1]
 
 
 def test_slugs_with_dots_are_found(as_alice, image):

@@ -4,6 +4,7 @@ the idle policy. Each locks the instance, checks its state, moves it and tells t
 from __future__ import annotations
 
 import secrets
+import uuid
 from datetime import datetime
 
 from django.conf import settings
@@ -85,6 +86,8 @@ def instance_launch(
     group_role: str = "",
     auto_recover: bool = False,
     zone: Zone | None = None,
+    host: Host | None = None,
+    cluster: tuple[uuid.UUID, int, int] | None = None,
     now: datetime | None = None,
 ) -> Instance:
     """Hold GPUs for a new instance and ask the host's agent to start it. A replica of an
@@ -92,6 +95,8 @@ def instance_launch(
     ``workspace_from``: a snapshot of another instance's /workspace (volumes.snapshots),
     unpacked into this one's before its first start, on whatever host it lands on.
     ``zone``: placed only on a host in that zone (fleet.zones); its volumes must be there.
+    ``host``: placed on that host or not at all (a cluster's ranks after the first).
+    ``cluster``: (cluster id, rank, size) of a rank of a cluster (rentals.services.clusters).
 
     Raises QuotaExceeded, NoCapacity or RentalError; then nothing is created.
     """
@@ -153,15 +158,17 @@ def instance_launch(
             if idle_stop_minutes is None
             else idle_stop_minutes,
             created_at=now,
+            **_cluster_fields(cluster),
         )
         proposal = gpus_allocate(
             instance=instance,
             gpu_model=plan.gpu_model,
             count=plan.gpu_count,
             now=now,
-            host=mounts[0][0].host if mounts else None,
+            host=mounts[0][0].host if mounts else host,
             zone=zone,
             prefer=_preferred_hosts(hf_model=hf_model, image_ref=image_ref),
+            **_cuda_of(image),
         )
         for volume, path in mounts:
             volume_attach(volume=volume, instance=instance, path=path, actor=user, now=now)
@@ -481,6 +488,20 @@ def _leased_gpus(instance: Instance, now: datetime) -> str:
     return ", ".join(str(g.index) for g in selectors.instance_gpus(instance))
 
 
+def _cluster_fields(cluster) -> dict:
+    if cluster is None:
+        return {}
+    cluster_id, rank, size = cluster
+    return {"cluster_id": cluster_id, "cluster_rank": rank, "cluster_size": size}
+
+
+def _cuda_of(image) -> dict:
+    """What placement must know of an image template's CUDA (scheduling.gpus_allocate)."""
+    if image is None or not image.cuda_version:
+        return {}
+    return {"cuda": image.cuda_version, "image": image.slug}
+
+
 def _allocate_again(instance: Instance, now: datetime, *, same_gpus: bool = False) -> str:
     user = holdings.account_lock(instance.user_id)
     holdings.quota_check(account=user, count=instance.gpu_count, start=now)
@@ -494,6 +515,7 @@ def _allocate_again(instance: Instance, now: datetime, *, same_gpus: bool = Fals
             count=instance.gpu_count,
             now=now,
             host=instance.host,
+            **_cuda_of(instance.image),
         )
     except NoCapacity as exc:
         if instance.group_id is not None:
