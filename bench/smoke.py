@@ -39,6 +39,7 @@ BENCHES = [
     "images",
     "snapshot",
     "transfer",
+    "network",
 ]
 
 

@@ -216,7 +216,12 @@ SPEC_FIELDS = frozenset(
 # ``workspace_from``: {"sha256"} of a snapshot (gpurental/volumes/snapshots.py) to unpack
 # into the instance's /workspace when the host makes it (its first start there); the
 # download URL comes sealed ("object_url").
-OPTIONAL_SPEC_FIELDS = frozenset({"dedicated", "pull", "volumes", "workspace_from"})
+# ``private_network``: the account's private network (gpurental/networks), {"index": int,
+# "subnet": "10.192.3.0/24", "names": ["train-0.internal", "<id>.internal"]}: the agent
+# joins the container to that bridge under those names.
+OPTIONAL_SPEC_FIELDS = frozenset(
+    {"dedicated", "pull", "volumes", "workspace_from", "private_network"}
+)
 
 
 class SpecRefused(ValueError):

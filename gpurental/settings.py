@@ -6,6 +6,7 @@ loud refusal to start on production misconfiguration.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from datetime import timedelta
 from decimal import Decimal
@@ -205,6 +206,7 @@ INSTALLED_APPS = [
     "gpurental.modelcache",
     "gpurental.images",
     "gpurental.volumes",
+    "gpurental.networks",
     "gpurental.storage",
     "gpurental.backups",
 ]
@@ -495,6 +497,20 @@ HOST_LOST_AFTER = env_int("HOST_LOST_AFTER", 600)
 LAUNCH_TIMEOUT = env_int("LAUNCH_TIMEOUT", 600)  # seconds a launch may take before it is failed
 STOP_TIMEOUT = env_int("STOP_TIMEOUT", 120)
 INSTANCE_PIDS_LIMIT = env_int("INSTANCE_PIDS_LIMIT", 1024)
+# Private networks (gpurental/networks): each account's subnet is one /PREFIX of the pool
+# (10.192.0.0/10 in /24s: 16,384 accounts, 253 instances each per host). Pick a pool that
+# no host's own network uses.
+PRIVATE_NETWORK_POOL = os.environ.get("PRIVATE_NETWORK_POOL", "10.192.0.0/10")
+PRIVATE_NETWORK_PREFIX = env_int("PRIVATE_NETWORK_PREFIX", 24)
+try:
+    _private_pool = ipaddress.ip_network(PRIVATE_NETWORK_POOL)
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"PRIVATE_NETWORK_POOL={PRIVATE_NETWORK_POOL}: {_exc}") from _exc
+if not (_private_pool.version == 4 and _private_pool.prefixlen <= PRIVATE_NETWORK_PREFIX <= 28):
+    raise ImproperlyConfigured(
+        f"PRIVATE_NETWORK_PREFIX={PRIVATE_NETWORK_PREFIX} must be between the IPv4 pool's "
+        f"prefix ({PRIVATE_NETWORK_POOL}) and 28"
+    )
 # The plan's disk_gb, on measured /workspace use: a notice from DISK_WARNING_PERCENT; over
 # the limit, a notice and DISK_GRACE_MINUTES to clean up before the instance is stopped.
 DISK_WARNING_PERCENT = env_int("DISK_WARNING_PERCENT", 90)

@@ -4,8 +4,10 @@ Docker is required under CI; elsewhere these tests skip and say why."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
+import docker.errors
 import pytest
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings as django_settings
@@ -89,9 +91,18 @@ def remove_leftovers(docker_client, host_name: str) -> None:
         container.remove(force=True)
     for volume in docker_client.volumes.list(filters=mine):
         volume.remove(force=True)
+    # Private networks their last container left (the agent prunes them on a stop; a
+    # killed agent does not).
+    for network in docker_client.networks.list(filters={"label": "gpurental.private"}):
+        network.reload()
+        if not network.attrs.get("Containers"):
+            with contextlib.suppress(docker.errors.APIError):
+                network.remove()
 
 
-def agent_on_a_new_host(tmp_path, log_name: str = "agent.log", **env) -> AgentProcess:
+def agent_on_a_new_host(
+    tmp_path, log_name: str = "agent.log", gpus: int = 2, **env
+) -> AgentProcess:
     """An agent process on a host of its own name, joined to the test's control plane,
     once its first heartbeat has listed its (fake) GPUs."""
     host, token = host_create(name=f"e2e-{uuid.uuid4().hex[:8]}")
@@ -101,11 +112,12 @@ def agent_on_a_new_host(tmp_path, log_name: str = "agent.log", **env) -> AgentPr
         token=token,
         log_path=tmp_path / log_name,
         GPURENTAL_READY_TIMEOUT=str(READY_TIMEOUT),
+        GPURENTAL_SIMULATED_GPUS=str(gpus),
         **env,
     )
     agent.start()
     wait_for(
-        lambda: Host.objects.get(pk=host.pk).gpus.count() == 2,
+        lambda: Host.objects.get(pk=host.pk).gpus.count() == gpus,
         60,
         "the agent's first heartbeat",
         agent,

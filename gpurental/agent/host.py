@@ -18,7 +18,7 @@ from gpurental.agent.activity import Holding, Holdings
 from gpurental.agent.gpus import GpuSource
 from gpurental.agent.reporter import ControlReporter
 from gpurental.agent.runtimes import ContainerRuntimeError, ContainerSpec, Runtime
-from gpurental.agent.runtimes.base import PullPolicy, dedicated_fields
+from gpurental.agent.runtimes.base import PrivateNet, PullPolicy, dedicated_fields
 from gpurental.agent.topology import host_topology
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,9 @@ class HostAgent:
                 timeout_s=float(pull["timeout_s"]),
                 auth=pull.get("auth") or None,
             )
+        private = data.pop("private_network", None)
+        if private and not data.get("host_network"):
+            data["private_network"] = PrivateNet.from_spec(private)
         dedicated = data.pop("dedicated", None)
         if dedicated:
             data.update(dedicated_fields(dedicated))

@@ -229,6 +229,34 @@ class Client(GroupsMixin, PaymentsMixin):
             body["workspace_from"] = str(getattr(workspace_from, "id", workspace_from))
         return self._instance(self._request("POST", "instances/", json_body=body))
 
+    def create_cluster(
+        self,
+        *,
+        size: int,
+        framework: str,
+        gpu_type: str | None = None,
+        gpu_count: int = 1,
+        plan: str | None = None,
+        name: str | None = None,
+        placement: str = "pack",
+    ) -> list[Instance]:
+        """Launch ``size`` instances that reach each other on your private network, each
+        told its place for ``torchrun`` (``MASTER_ADDR``, ``WORLD_SIZE``, ``RANK``, NCCL's
+        and Gloo's interface); returns them by rank, all ``pending``, or raises with none
+        launched. ``gpu_type``/``gpu_count`` or ``plan`` are per instance, as for
+        ``create_instance``. ``placement="pack"`` puts them on one host."""
+        if bool(plan) == bool(gpu_type):
+            raise ValueError("pass either gpu_type= (with gpu_count=) or plan=")
+        body: dict[str, Any] = {"image": framework, "size": size, "placement": placement}
+        if plan:
+            body["plan"] = plan
+        else:
+            body["gpu_model"], body["gpu_count"] = gpu_type, gpu_count
+        if name:
+            body["name"] = name
+        data = self._request("POST", "instances/cluster/", json_body=body)
+        return [self._instance(item) for item in data["instances"]]
+
     def list_instances(self, status: str | None = None) -> list[Instance]:
         params = {"status": status} if status else None
         return [self._instance(data) for data in self._list("instances/", params)]

@@ -14,8 +14,10 @@ from gpurental.images.selectors import (
     platform_registry_auth,
     registry_auth,
 )
+from gpurental.networks.services import private_spec
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
+from gpurental.rentals.services.clusters import cluster_env
 from gpurental.volumes.selectors import volumes_mounted
 from gpurental.volumes.snapshots import workspace_source_url
 
@@ -56,6 +58,7 @@ def container_spec(instance: Instance) -> dict:
     gpus = instance_gpus(instance)
     image, host = instance.image, instance.host
     env = {str(k): str(v) for k, v in (image.env or {}).items()}
+    env.update(cluster_env(instance))
     return {
         "spec_version": protocol.SPEC_VERSION,
         "instance_id": str(instance.id),
@@ -76,10 +79,18 @@ def container_spec(instance: Instance) -> dict:
         "mount_model_cache": bool(instance.mount_model_cache),
         "command": list(image.command or []),
         **_dedicated(instance),
+        **_private_network(instance),
         **_pull(instance),
         **_volumes(instance),
         **_workspace_from(instance),
     }
+
+
+def _private_network(instance: Instance) -> dict:
+    """The account's private network, and the cluster's variables for torchrun (its
+    ranks find rank 0 by name there)."""
+    spec = private_spec(instance)
+    return {"private_network": spec} if spec else {}
 
 
 def _volumes(instance: Instance) -> dict:

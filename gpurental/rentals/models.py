@@ -96,6 +96,11 @@ class Instance(models.Model):
     # whose shared cache has it (gpurental/modelcache).
     hf_model = models.CharField(max_length=96, blank=True)
     idle_stop_minutes = models.PositiveIntegerField(default=30, help_text="0 = never auto-stop")
+    # One rank of a cluster launched in one request (rentals.services.clusters): the ranks
+    # share the account's private network (gpurental/networks) and find rank 0 by name.
+    cluster_id = models.UUIDField(null=True, blank=True, db_index=True)
+    cluster_rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    cluster_size = models.PositiveSmallIntegerField(null=True, blank=True)
     # When its host is declared lost, relaunch it on another host from its newest workspace
     # snapshot (rentals.services.lifecycle.recovery); otherwise it waits, stopped, for the host.
     auto_recover = models.BooleanField(default=False)
@@ -146,6 +151,23 @@ class Instance(models.Model):
                 condition=Q(jupyter_port__isnull=True)
                 | (Q(jupyter_port__gte=1) & Q(jupyter_port__lte=65535)),
                 name="instance_jupyter_port_range",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(cluster_id__isnull=True)
+                    & Q(cluster_rank__isnull=True)
+                    & Q(cluster_size__isnull=True)
+                )
+                | (
+                    Q(cluster_id__isnull=False)
+                    & Q(cluster_rank__isnull=False)
+                    & Q(cluster_size__gte=2)
+                    & Q(cluster_rank__lt=models.F("cluster_size"))
+                ),
+                name="instance_cluster_rank",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster_id", "cluster_rank"], name="instance_one_per_cluster_rank"
             ),
         ]
         indexes = [models.Index(fields=["status"]), models.Index(fields=["user", "status"])]

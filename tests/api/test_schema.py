@@ -15,6 +15,7 @@ EXPECTED_OPERATIONS = {
     ("get", "/api/v1/images/{slug}/"),
     ("get", "/api/v1/instances/"),
     ("post", "/api/v1/instances/"),
+    ("post", "/api/v1/instances/cluster/"),
     ("get", "/api/v1/instances/{id}/"),
     ("post", "/api/v1/instances/{id}/stop/"),
     ("post", "/api/v1/instances/{id}/start/"),

@@ -65,6 +65,26 @@ def test_article_call_sends_gpu_model_image_and_model_repo(api, client):
     assert request.body == ARTICLE_BODY
 
 
+def test_create_cluster_sends_its_size_and_returns_the_ranks_in_order(api, client):
+    ranks = [instance(id=i, name=f"ddp-{i}") for i in range(2)]
+    api.reply("POST", "/api/v1/instances/cluster/", (201, {"id": "c1", "instances": ranks}))
+
+    launched = client.create_cluster(size=2, gpu_type="A10G", framework="pytorch-2.1", name="ddp")
+
+    assert [i.id for i in launched] == [0, 1]
+    (request,) = api.received("POST", "/api/v1/instances/cluster/")
+    assert request.body == {
+        "image": "pytorch-2.1",
+        "size": 2,
+        "placement": "pack",
+        "gpu_model": "A10G",
+        "gpu_count": 1,
+        "name": "ddp",
+    }
+    with pytest.raises(ValueError, match="either gpu_type"):
+        client.create_cluster(size=2, framework="pytorch-2.1")
+
+
 def test_launch_by_plan_sends_the_plan_instead_of_model_and_count(api, client):
     api.reply("POST", "/api/v1/instances/", (201, instance()))
 

@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import ipaddress
 import json
 import os
+import re
 import resource
 import time
 import uuid
@@ -82,6 +84,43 @@ class PullPolicy:
     max_bytes: int
     timeout_s: float
     auth: dict | None = field(default=None, repr=False)
+
+
+_PRIVATE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.internal$")
+
+
+@dataclass(frozen=True)
+class PrivateNet:
+    """The account's private network on this host (gpurental/networks): a Docker bridge of
+    its own, its containers reachable from each other only, under ``names``."""
+
+    index: int
+    subnet: str
+    names: tuple[str, ...]
+
+    @property
+    def network_name(self) -> str:
+        return f"gpurental-private-{self.index}"
+
+    @property
+    def bridge(self) -> str:
+        return f"gpr-p-{self.index}"  # at most 12 characters: a Linux interface name
+
+    @classmethod
+    def from_spec(cls, data: dict) -> PrivateNet:
+        index = data.get("index")
+        if not isinstance(index, int) or not 0 <= index < 1_000_000:
+            raise ValueError(f"private_network index must be 0-999999, not {index!r}")
+        try:
+            subnet = ipaddress.ip_network(str(data.get("subnet")))
+        except ValueError as exc:
+            raise ValueError(f"private_network subnet: {exc}") from exc
+        if subnet.version != 4 or not subnet.is_private or subnet.prefixlen > 28:
+            raise ValueError(f"private_network subnet {subnet} is not a private IPv4 /28 or larger")
+        names = tuple(str(n) for n in data.get("names") or ())
+        if not 1 <= len(names) <= 4 or not all(_PRIVATE_NAME.match(n) for n in names):
+            raise ValueError(f"private_network names must be 1-4 <label>.internal, not {names!r}")
+        return cls(index, str(subnet), names)
 
 
 @dataclass(frozen=True)
@@ -125,6 +164,8 @@ class ContainerSpec:
     volumes: tuple[tuple[str, str, str], ...] = ()
     # A snapshot to unpack into /workspace when the host makes it: (download URL, SHA-256).
     workspace_from: tuple[str, str] | None = field(default=None, repr=False)
+    # The account's private network (network.PrivateNet), joined under its names.
+    private_network: PrivateNet | None = None
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)

@@ -173,6 +173,7 @@ def create_kwargs(
         # On the tenant network (network.py): no traffic to other containers, the host
         # or private ranges; logs capped so a chatty kernel cannot fill the host's disk.
         "network": network.NETWORK,
+        "sysctls": dict(network.SYSCTLS),
         "log_config": LogConfig(
             type="json-file", config={"max-size": LOG_MAX_SIZE, "max-file": str(LOG_MAX_FILES)}
         ),
@@ -181,11 +182,16 @@ def create_kwargs(
         # The sandbox is on the tenant network and publishes the ports; its hostname is
         # the container's too (the engine refuses one of the container's own here).
         kwargs.update(
-            network_mode=f"container:{sandbox_id}", network=None, ports=None, hostname=None
+            network_mode=f"container:{sandbox_id}",
+            network=None,
+            ports=None,
+            hostname=None,
+            sysctls=None,
         )
     if spec.dedicated:
         kwargs.update(dedicated_kwargs(spec))
         if spec.host_network:
+            kwargs["sysctls"] = None  # the host's own network: its settings, not ours
             kwargs["environment"] = {**kwargs["environment"], "HOME": UNMAPPED_HOME}
     return kwargs
 
@@ -814,6 +820,15 @@ class DockerRuntime:
         try:
             with _engine_errors(f"start the container of instance {spec.instance_id}"):
                 container.start()
+            # After the start, so that it is always eth1 (the tenant network is eth0).
+            if spec.private_network is not None:
+                with _engine_errors("join the account's private network"):
+                    try:
+                        network.private_join(
+                            self.client, spec.private_network, sandbox_id or container.id
+                        )
+                    except network.NetworkSetupError as exc:
+                        raise RuntimeFailure(str(exc)) from exc
         except RuntimeFailure as exc:
             self._remove_container(container)
             if _NO_GPU_DRIVER in str(exc):
@@ -866,7 +881,9 @@ class DockerRuntime:
 
     def _remove_container(self, container: Container) -> None:
         """Stop gracefully (JupyterLab saves and shuts kernels down), then remove; its
-        network sandbox, if it joined one, goes with it."""
+        network sandbox, if it joined one, goes with it, and so does its private network
+        when no other container is on it."""
+        private = self._private_networks_of(container)
         with _engine_errors(f"remove container {container.name}"):
             try:
                 # (Stopping a container that is not running is a harmless no-op.)
@@ -877,3 +894,17 @@ class DockerRuntime:
                 pass
         if (instance_id := container.labels.get(LABEL_INSTANCE)) is not None:
             self.sandboxes.remove_for(instance_id)
+        if private:
+            network.private_prune(self.client, private)
+
+    def _private_networks_of(self, container: Container) -> list[str]:
+        """The private networks the container is on (through its sandbox, if it has one)."""
+        try:
+            container.reload()
+            attrs = container.attrs
+            if (sandbox_id := sandboxes.sandbox_of(attrs)) is not None:
+                attrs = self.client.api.inspect_container(sandbox_id)
+        except docker.errors.APIError:
+            return []
+        networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        return [name for name in networks if name.startswith("gpurental-private-")]

@@ -11,14 +11,30 @@
 
 Applied by the agent at start (it runs as root on a GPU host), idempotently: the chain
 is rebuilt each time, the jumps added once.
+
+An account's private network (gpurental/networks) is a second bridge per account on the
+host, ``gpr-p-<index>``, joined by each of its containers (as ``eth1``) under its
+``.internal`` names, with traffic between them on. It is ``internal``: nothing leaves it
+for another network or the internet (the default route stays on the tenant network), and
+the firewall drops new connections from it to the host itself, as for the tenant bridge.
+Another account's containers are on other bridges, which Docker isolates from each other,
+and their tenant-network traffic to 10/8 is dropped by the chain above. The bridge goes
+when its last container does.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 
 NETWORK = "gpurental-tenants"
+# `ping` without CAP_NET_RAW (which containers do not get): ICMP echo sockets for the
+# groups a container's users have. 0-65535, not Docker's usual 0-2147483647: with the
+# engine remapping user namespaces, only the mapped range is accepted.
+SYSCTLS = {"net.ipv4.ping_group_range": "0 65535"}
+PRIVATE_BRIDGES = "gpr-p+"  # every account's private bridge (iptables' interface wildcard)
+LABEL_PRIVATE = "gpurental.private"
 BRIDGE = "gpr-tenants"  # at most 15 characters: a Linux interface name
 CHAIN = "GPURENTAL-TENANTS"
 BLOCKED = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
@@ -77,9 +93,10 @@ def ensure_firewall() -> None:
         for rule in firewall_rules():
             _iptables("-A", CHAIN, *rule)
         # To the host itself (any of its addresses): replies only, nothing new.
-        host_drop = ["-i", BRIDGE, "-m", "conntrack", "--ctstate", "NEW,INVALID", "-j", "DROP"]
-        if _iptables("-C", "INPUT", *host_drop, check=False).returncode != 0:
-            _iptables("-I", "INPUT", "1", *host_drop)
+        for bridge in (BRIDGE, PRIVATE_BRIDGES):
+            host_drop = ["-i", bridge, "-m", "conntrack", "--ctstate", "NEW,INVALID", "-j", "DROP"]
+            if _iptables("-C", "INPUT", *host_drop, check=False).returncode != 0:
+                _iptables("-I", "INPUT", "1", *host_drop)
         # Through the host (forwarded): the chain's drops, before Docker's own accepts.
         if _iptables("-n", "-L", "DOCKER-USER", check=False).returncode != 0:
             _iptables("-N", "DOCKER-USER")
@@ -91,3 +108,79 @@ def ensure_firewall() -> None:
             f"setting the tenant firewall failed ({' '.join(exc.cmd)}: {exc.stderr.strip()}); "
             "the agent must run as root"
         ) from exc
+
+
+def private_join(client, net, container_id: str) -> None:
+    """Join the container (or the sandbox whose network it shares) to the account's
+    private network under its names, making the network first if it is not there."""
+    import docker.errors
+
+    for attempt in range(2):
+        network = _private_ensure(client, net)
+        try:
+            network.connect(container_id, aliases=list(net.names))
+            return
+        except docker.errors.NotFound:
+            if attempt:  # pruned between the two calls by the last container's removal
+                raise
+        except docker.errors.APIError as exc:
+            if "already exists" in str(exc):  # a start retried: joined already
+                return
+            raise
+
+
+_private_lock = threading.Lock()  # starts run on threads: one makes a network, the rest wait
+
+
+def _private_ensure(client, net):
+    import docker.errors
+    from docker.types import IPAMConfig, IPAMPool
+
+    with _private_lock:
+        try:
+            return client.networks.get(net.network_name)
+        except docker.errors.NotFound:
+            pass
+        return _private_create(client, net, IPAMConfig(pool_configs=[IPAMPool(subnet=net.subnet)]))
+
+
+def _private_create(client, net, ipam):
+    import docker.errors
+
+    try:
+        return client.networks.create(
+            net.network_name,
+            driver="bridge",
+            internal=True,
+            ipam=ipam,
+            options={
+                "com.docker.network.bridge.name": net.bridge,
+                "com.docker.network.bridge.enable_icc": "true",
+            },
+            labels={"gpurental.managed": "true", LABEL_PRIVATE: str(net.index)},
+        )
+    except docker.errors.APIError as exc:
+        # Another agent on this engine made it first (the subnet is taken: "Pool overlaps").
+        if exc.status_code == 409 or "overlaps" in str(exc):
+            try:
+                return client.networks.get(net.network_name)
+            except docker.errors.NotFound:
+                raise NetworkSetupError(
+                    f"the private network's subnet {net.subnet} is used by another Docker "
+                    "network on this host: remove it, or give the control plane another "
+                    "PRIVATE_NETWORK_POOL"
+                ) from exc
+        raise
+
+
+def private_prune(client, network_names) -> None:
+    """Remove the private networks named, those no container uses any more."""
+    import docker.errors
+
+    for name in network_names:
+        try:
+            network = client.networks.get(name)
+            if not network.attrs.get("Containers"):
+                network.remove()
+        except docker.errors.APIError:  # gone already, or joined again meanwhile
+            continue

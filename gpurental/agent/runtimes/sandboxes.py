@@ -222,6 +222,7 @@ class SandboxPool:
                 device_requests=[],
                 healthcheck={"test": ["NONE"]},
                 network=network.NETWORK,
+                sysctls=dict(network.SYSCTLS),
                 ports={f"{port}/tcp": (bind,) for port in ports},
                 cap_drop=["ALL"],
                 # Not the image's user (root, for customers): the sandbox only sleeps.

@@ -17,8 +17,11 @@ from gpurental.fleet.zones import UnknownZone, zone_named
 from gpurental.gateway import routes
 from gpurental.gateway.sshroutes import ssh_access
 from gpurental.modelcache.selectors import host_has_model
+from gpurental.networks.services import names_of
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
 from gpurental.rentals.selectors import HELD
+from gpurental.rentals.services.clusters import MAX_SIZE as CLUSTER_MAX_SIZE
+from gpurental.rentals.services.clusters import PLACEMENTS as CLUSTER_PLACEMENTS
 from gpurental.teams import roles
 from gpurental.teams.acting import account_of, role_refusal
 from gpurental.telemetry.selectors import instance_usage
@@ -64,6 +67,12 @@ class SSHAccessSerializer(serializers.Serializer):
     command = serializers.CharField(help_text="e.g. ssh -p 2222 <id>@gateway")
 
 
+class ClusterPlaceSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    rank = serializers.IntegerField(help_text="0 is the master (MASTER_ADDR)")
+    size = serializers.IntegerField(help_text="WORLD_SIZE")
+
+
 class InstanceSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     plan = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -99,6 +108,14 @@ class InstanceSerializer(serializers.ModelSerializer):
         help_text="How to SSH in (through the SSH gateway, with your SSH keys): only while "
         "running, and only for images with sshd; else null"
     )
+    private_names = serializers.SerializerMethodField(
+        help_text="Its names on your private network, where your other instances on its "
+        "host reach it (ping, iperf3, torch.distributed); [] on a dedicated host"
+    )
+    cluster = serializers.SerializerMethodField(
+        help_text="Its place in a cluster launched with POST /instances/cluster/: "
+        "{id, rank, size}; null outside one"
+    )
 
     class Meta:
         model = Instance
@@ -129,6 +146,8 @@ class InstanceSerializer(serializers.ModelSerializer):
             "auto_recover",
             "recovered_from",
             "recovered_as",
+            "private_names",
+            "cluster",
         ]
         extra_kwargs = {
             "auto_recover": {
@@ -173,6 +192,16 @@ class InstanceSerializer(serializers.ModelSerializer):
         if held is None:
             held = obj.allocations.filter(HELD).select_related("gpu")
         return sorted(a.gpu.index for a in held)
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_private_names(self, obj: Instance) -> list[str]:
+        return [] if obj.lease_id else names_of(obj)
+
+    @extend_schema_field(ClusterPlaceSerializer(allow_null=True))
+    def get_cluster(self, obj: Instance) -> dict | None:
+        if obj.cluster_id is None:
+            return None
+        return {"id": str(obj.cluster_id), "rank": obj.cluster_rank, "size": obj.cluster_size}
 
     @extend_schema_field(SSHAccessSerializer(allow_null=True))
     def get_ssh(self, obj: Instance) -> dict | None:
@@ -404,3 +433,53 @@ class InstanceCreateSerializer(GpuChoiceSerializer):
             "auto_recover": data.get("auto_recover", False),
             "zone": data.get("zone"),
         }
+
+
+class ClusterCreateSerializer(GpuChoiceSerializer):
+    """Either ``plan``, or ``gpu_model`` (+ ``gpu_count``) per instance; an ``image``; how
+    many instances and where."""
+
+    image = serializers.CharField(
+        max_length=50, help_text="Image slug, or an alias of one (pytorch-2.1)"
+    )
+    name = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=90,
+        default="",
+        help_text="The instances are named <name>-0 … <name>-<size-1> (default cluster-<id>)",
+    )
+    size = serializers.IntegerField(
+        min_value=2, max_value=CLUSTER_MAX_SIZE, help_text="How many instances (WORLD_SIZE)"
+    )
+    placement = serializers.ChoiceField(
+        choices=CLUSTER_PLACEMENTS,
+        default="pack",
+        help_text="pack: every instance on one host; spread (one per host) is refused until "
+        "the private network reaches across hosts",
+    )
+
+    def validate_image(self, value: str) -> ResolvedImage:
+        request = self.context.get("request")
+        resolved = launch_image_resolved(value, account=account_of(request) if request else None)
+        if resolved.reference:
+            raise serializers.ValidationError(
+                _("a cluster runs a catalog image; launch your own image one instance at a time")
+            )
+        return resolved
+
+    def launch_kwargs(self) -> dict:
+        data = self.validated_data
+        return {
+            **self.plan_kwargs(),
+            "image": data["image"].template,
+            "image_alias": data["image"].alias,
+            "name": data.get("name", ""),
+            "size": data["size"],
+            "placement": data["placement"],
+        }
+
+
+class ClusterSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="The cluster's id (each instance's cluster.id)")
+    instances = InstanceDetailSerializer(many=True, help_text="Its instances, by rank")

@@ -29,6 +29,7 @@ from gpurental.images.services import ImageRefused
 from gpurental.rentals import selectors as rental_selectors
 from gpurental.rentals.events import WAIT_ENDS, wait_for_status, wait_slot
 from gpurental.rentals.models import Allocation, Instance
+from gpurental.rentals.services.clusters import cluster_launch
 from gpurental.rentals.services.lifecycle import (
     instance_launch,
     instance_restart,
@@ -192,6 +193,38 @@ class InstanceViewSet(
         form.is_valid(raise_exception=True)
         instance = instance_launch(user=account_of(request), **form.launch_kwargs())
         return self._detail(instance, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Launch a cluster: N instances that reach each other on your private "
+        "network, with MASTER_ADDR, WORLD_SIZE, RANK and NCCL's interface set for torchrun",
+        request=s.ClusterCreateSerializer,
+        responses={201: s.ClusterSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        examples=[
+            OpenApiExample(
+                "Two A10G instances for torchrun",
+                value={"gpu_model": "A10G", "gpu_count": 1, "image": "pytorch-2.1", "size": 2},
+                request_only=True,
+            )
+        ],
+    )
+    @action(detail=False, methods=["post"])
+    @idempotent
+    def cluster(self, request):
+        form = s.ClusterCreateSerializer(data=request.data, context={"request": request})
+        form.is_valid(raise_exception=True)
+        ranks = cluster_launch(user=account_of(request), **form.launch_kwargs())
+        fresh = {i.pk: i for i in self.get_queryset().filter(pk__in=[r.pk for r in ranks])}
+        context = self.get_serializer_context()
+        return Response(
+            {
+                "id": str(ranks[0].cluster_id),
+                "instances": [
+                    s.InstanceDetailSerializer(fresh[r.pk], context=context).data for r in ranks
+                ],
+            },
+            status=status.HTTP_201_CREATED,
+        )
 
     @_instance_action(
         "Stop: the GPUs are released, /workspace stays, and the stopped container stays on "
