@@ -103,7 +103,7 @@ if [ "${#images[@]}" -gt 0 ] && { [ "$toolkit" = 1 ] || [ "$have_gpu" = 0 ]; }; 
     for image in "${images[@]}"; do
         cuda=$(docker image inspect --format '{{ index .Config.Labels "gpurental.cuda" }}' "$image")
         echo "- \`$image\` (CUDA ${cuda:-none}):" >>"$report"
-        fenced docker run --rm "${gpus[@]}" -v "$REPO/scripts/gpu_matmul.py:/gpu_matmul.py:ro" \
+        fenced docker run --rm "${gpus[@]}" -e TF_CPP_MIN_LOG_LEVEL=2 -v "$REPO/scripts/gpu_matmul.py:/gpu_matmul.py:ro" \
             --entrypoint /opt/venv/bin/python "$image" /gpu_matmul.py --device "$device" --size "$size"
     done
 else
