@@ -40,6 +40,7 @@ BENCHES = [
     "snapshot",
     "transfer",
     "network",
+    "reconcile",
 ]
 
 

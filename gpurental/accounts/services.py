@@ -39,7 +39,22 @@ def audit_record(
     changes: dict | None = None,
     ip_address: str | None = None,
 ) -> AuditEvent:
-    return AuditEvent.objects.create(
+    event = audit_event(action=action, actor=actor, obj=obj, changes=changes, ip_address=ip_address)
+    event.save()
+    return event
+
+
+def audit_event(
+    *,
+    action: str,
+    actor: User | None = None,
+    obj: models.Model | None = None,
+    changes: dict | None = None,
+    ip_address: str | None = None,
+) -> AuditEvent:
+    """The row ``audit_record`` writes, unsaved: for a service that writes many in one
+    insert (``AuditEvent.objects.bulk_create``)."""
+    return AuditEvent(
         actor=actor if actor is not None and actor.pk else None,
         actor_repr=str(actor) if actor is not None and actor.pk else "",
         action=action,

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpurental.accounts.models import User
-from gpurental.accounts.services import audit_record
+from gpurental.accounts.models import AuditEvent, User
+from gpurental.accounts.services import audit_event, audit_record
 from gpurental.fleet import signals
 from gpurental.fleet.models import Host, HostStatus
 
@@ -126,17 +126,30 @@ def host_acceptance_hold(*, host: Host, reason: str = "") -> Host:
     return _transition(host, "acceptance_hold", reason=reason)
 
 
-def host_mark_offline(*, host: Host, last_heartbeat_at: datetime) -> Host:
-    """An active host whose heartbeat is older than HOST_OFFLINE_AFTER."""
+def hosts_mark_offline_many(*, last_beats: dict[int, datetime]) -> list[Host]:
+    """Active hosts whose heartbeat is older than HOST_OFFLINE_AFTER (host id → its last
+    heartbeat) go offline, many at once (reconciliation finds a rack or a whole fleet
+    silent together): locked in one order, moved in one update, audited (``host.offline``)
+    in one insert. Returns those that moved."""
+    sources, to = TRANSITIONS["mark_offline"]
     with transaction.atomic():
-        host = _lock(host)
-        _move(
-            host,
-            "mark_offline",
-            action="host.offline",
-            changes={"last_heartbeat_at": last_heartbeat_at.isoformat()},
+        hosts = list(
+            Host.objects.select_for_update().filter(pk__in=list(last_beats)).order_by("pk")
         )
-    return host
+        moved = [host for host in hosts if host.status != to and host.status in sources]
+        audits = []
+        for host in moved:
+            audits.append(
+                audit_event(
+                    action="host.offline",
+                    obj=host,
+                    changes={"last_heartbeat_at": last_beats[host.pk].isoformat()},
+                )
+            )
+            host.status = to
+        Host.objects.filter(pk__in=[host.pk for host in moved]).update(status=to)
+        AuditEvent.objects.bulk_create(audits, batch_size=500)
+    return moved
 
 
 def host_mark_online(*, host: Host) -> Host:

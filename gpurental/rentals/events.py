@@ -10,6 +10,7 @@ hiccupped would not be.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -76,6 +77,55 @@ def publish_instance_event(instance_id, payload: dict) -> None:
                 )
         except Exception:  # noqa: BLE001 - see module docstring
             log.warning("could not publish event for instance %s", instance_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+GROUP_SENDS_AT_ONCE = 16
+
+
+def publish_instance_events(items: list[tuple]) -> None:
+    """``publish_instance_event`` for many instances, on commit: their state channels in one
+    Redis pipeline, and the channel layer's group sends run together on one event loop."""
+
+    def send() -> None:
+        try:
+            pipe = state_redis().pipeline(transaction=False)
+            for instance_id, _payload in items:
+                pipe.publish(state_channel(instance_id), "changed")
+            pipe.execute()
+        except Exception:  # noqa: BLE001 - see module docstring
+            log.warning("could not publish the state of %s instances", len(items), exc_info=True)
+        layer = get_channel_layer()
+        if layer is None:
+            return
+
+        async def group_sends() -> None:
+            # A few at a time: each holds one of the layer's Redis connections.
+            room = asyncio.Semaphore(GROUP_SENDS_AT_ONCE)
+
+            async def one(instance_id, payload) -> None:
+                async with room:
+                    await layer.group_send(
+                        instance_group(instance_id), {"type": "instance.event", **payload}
+                    )
+
+            results = await asyncio.gather(
+                *(one(i, payload) for i, payload in items), return_exceptions=True
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                log.warning(
+                    "could not publish %s of %s instance events: %s",
+                    len(failed),
+                    len(items),
+                    failed[0],
+                )
+
+        try:
+            async_to_sync(group_sends)()
+        except Exception:  # noqa: BLE001 - see module docstring
+            log.warning("could not publish %s instance events", len(items), exc_info=True)
 
     transaction.on_commit(send)
 

@@ -116,6 +116,13 @@ def _uuid_or_none(value: str):
         return None
 
 
+@app.task(name="gpurental.rentals.tasks.instances_notify", time_limit=300, soft_time_limit=280)
+def instances_notify(event: str, instance_ids: list[str]) -> int:
+    """The notifications of a transition made for many instances at once (a reconcile pass
+    over a silent rack): made here, off the pass."""
+    return lifecycle.instances_notify(event=event, instance_ids=instance_ids)
+
+
 @app.task(name="gpurental.rentals.tasks.reconcile", time_limit=120, soft_time_limit=100)
 def reconcile() -> None:
     reconcile_pass()

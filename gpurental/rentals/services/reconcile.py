@@ -26,7 +26,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 
-from gpurental.fleet.lifecycle import host_mark_offline
+from gpurental.fleet.lifecycle import hosts_mark_offline_many
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.rentals import hostcalls
 from gpurental.rentals.models import Instance, InstanceStatus
@@ -105,27 +105,32 @@ def hosts_mark_offline(*, now: datetime, heard_since: datetime | None = None) ->
     lost_cutoff = now - timedelta(seconds=settings.HOST_LOST_AFTER)
     if heard_since is not None and heard_since > cutoff:
         return []  # not listening for long enough to call any host silent
-    # Active hosts go offline; any stale host (draining, maintenance too) has its instances settled.
-    stale = Host.objects.filter(last_heartbeat_at__lt=cutoff).filter(
-        Q(status=HostStatus.ACTIVE) | Q(instances__status__in=HOLDING)
+    # Active hosts go offline; any stale host (draining, maintenance too) has its instances
+    # settled. In bulk (a rack or a whole fleet can go quiet at once): the hosts in one
+    # transaction, then their running instances in another (bench/reconcile.py).
+    stale = (
+        Host.objects.filter(last_heartbeat_at__lt=cutoff)
+        .filter(Q(status=HostStatus.ACTIVE) | Q(instances__status__in=HOLDING))
+        .values_list("pk", flat=True)
+        .distinct()
     )
-    names = []
-    for host in stale.distinct():
-        with transaction.atomic():
-            host = Host.objects.select_for_update().get(pk=host.pk)
-            last = host.last_heartbeat_at or host.created_at
-            if last >= cutoff:
-                continue  # a heartbeat came in meanwhile
-            # An active host goes offline (fleet's transition; other states stay as they are).
-            host = host_mark_offline(host=host, last_heartbeat_at=last)
-        lost = max(last, heard_since or last) < lost_cutoff
-        for instance in Instance.objects.filter(host=host, status__in=HOLDING):
-            if lost:
-                lifecycle.instance_mark_lost(instance=instance, last_beat=last, now=now)
-            else:
-                lifecycle.instance_mark_unreachable(instance=instance, last_beat=last, now=now)
-        names.append(host.name)
-    return names
+    with transaction.atomic():
+        hosts = list(Host.objects.select_for_update().filter(pk__in=list(stale)).order_by("pk"))
+        # A heartbeat may have come in since the read above: judged again under the lock.
+        silent = {
+            host.pk: host.last_heartbeat_at or host.created_at
+            for host in hosts
+            if (host.last_heartbeat_at or host.created_at) < cutoff
+        }
+        # An active host goes offline (fleet's transition; other states stay as they are).
+        hosts_mark_offline_many(last_beats=silent)
+    lost = {pk: last for pk, last in silent.items() if max(last, heard_since or last) < lost_cutoff}
+    for instance in Instance.objects.filter(host_id__in=list(lost), status__in=HOLDING):
+        lifecycle.instance_mark_lost(instance=instance, last_beat=lost[instance.host_id], now=now)
+    lifecycle.instances_mark_unreachable(
+        last_beats={pk: last for pk, last in silent.items() if pk not in lost}, now=now
+    )
+    return [host.name for host in hosts if host.pk in silent]
 
 
 def stuck_operations_settle(*, now: datetime) -> None:

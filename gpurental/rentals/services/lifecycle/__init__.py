@@ -22,6 +22,7 @@ from gpurental.rentals.services.lifecycle.base import (
     STOPPABLE,
     host_alive,
     instance_notice,
+    instances_notify,
 )
 from gpurental.rentals.services.lifecycle.customer import (
     IDLE_MINUTES_RANGE,
@@ -46,6 +47,7 @@ from gpurental.rentals.services.lifecycle.hosts import (
     instance_mark_vanished,
     instance_remove_timeout,
     instance_stop_timeout,
+    instances_mark_unreachable,
 )
 from gpurental.rentals.services.lifecycle.recovery import (
     instance_recover,
@@ -74,6 +76,8 @@ __all__ = [
     "instance_launch_reserved",
     "instance_mark_lost",
     "instance_mark_unreachable",
+    "instances_mark_unreachable",
+    "instances_notify",
     "instance_mark_vanished",
     "instance_notice",
     "instance_recover",

@@ -16,7 +16,11 @@ from django.utils.translation import gettext_lazy
 
 from gpurental.accounts.models import User
 from gpurental.notifications.services import notify
-from gpurental.rentals.events import group_state_publish, publish_instance_event
+from gpurental.rentals.events import (
+    group_state_publish,
+    publish_instance_event,
+    publish_instance_events,
+)
 from gpurental.rentals.exceptions import InvalidTransition
 from gpurental.rentals.models import Instance, InstanceEvent, InstanceStatus
 
@@ -38,33 +42,24 @@ def _lock(instance: Instance | str) -> Instance:
 
 def _event(instance: Instance, **fields) -> InstanceEvent:
     event = InstanceEvent.objects.create(instance=instance, **fields)
-    publish_instance_event(
-        instance.pk,
-        {
-            "kind": event.kind,
-            "status": instance.status,
-            "from_status": event.from_status,
-            "step": event.step,
-            "reason": event.reason,
-            "at": event.created_at.isoformat(),
-            **(event.data or {}),
-        },
-    )
+    publish_instance_event(instance.pk, _event_payload(instance, event))
     return event
 
 
-def _move(
-    instance: Instance,
-    to: str,
-    *,
-    allowed_from: Iterable[str],
-    reason: str,
-    now: datetime,
-    actor: User | None = None,
-    **fields,
-) -> None:
-    """Change the state of a locked instance, checking where it may come from, and record it."""
-    allowed = set(allowed_from)
+def _event_payload(instance: Instance, event: InstanceEvent) -> dict:
+    """What live pages and long-polls are told of an event."""
+    return {
+        "kind": event.kind,
+        "status": instance.status,
+        "from_status": event.from_status,
+        "step": event.step,
+        "reason": event.reason,
+        "at": event.created_at.isoformat(),
+        **(event.data or {}),
+    }
+
+
+def _check_move(instance: Instance, to: str, allowed: set[str]) -> None:
     if instance.status not in allowed:
         raise InvalidTransition(
             _(
@@ -79,6 +74,10 @@ def _move(
             },
             field="status",
         )
+
+
+def _set(instance: Instance, to: str, *, reason: str, now: datetime, **fields) -> str:
+    """The move's changes on the (locked) row in memory; returns the old status."""
     old = instance.status
     instance.status = to
     instance.status_changed_at = now
@@ -86,6 +85,35 @@ def _move(
         instance.status_reason = reason
     for key, value in fields.items():
         setattr(instance, key, value)
+    return old
+
+
+def _after_move(instance: Instance, old: str, to: str) -> None:
+    """What a move tells the instance's elastic group, on commit."""
+    if to == S.RUNNING and instance.group_id is not None:
+        # A replica is up: the gateways take it into the balance now, not at their route TTL.
+        group_id = str(instance.group_id)
+        transaction.on_commit(lambda: group_state_publish(group_id))
+    if old == S.RUNNING and instance.group_id is not None and instance.group_role == "serving":
+        # A serving replica is gone (its container died, its host went silent): its group
+        # replaces it now (a warm replica is promoted), not at the autoscaler's next round.
+        group_id = str(instance.group_id)
+        transaction.on_commit(lambda: _wake_group(group_id))
+
+
+def _move(
+    instance: Instance,
+    to: str,
+    *,
+    allowed_from: Iterable[str],
+    reason: str,
+    now: datetime,
+    actor: User | None = None,
+    **fields,
+) -> None:
+    """Change the state of a locked instance, checking where it may come from, and record it."""
+    _check_move(instance, to, set(allowed_from))
+    old = _set(instance, to, reason=reason, now=now, **fields)
     instance.save(update_fields=["status", "status_changed_at", "status_reason", *fields])
     _event(
         instance,
@@ -96,15 +124,38 @@ def _move(
         actor=actor if actor is not None and actor.pk else None,
         created_at=now,
     )
-    if to == S.RUNNING and instance.group_id is not None:
-        # A replica is up: the gateways take it into the balance now, not at their route TTL.
-        group_id = str(instance.group_id)
-        transaction.on_commit(lambda: group_state_publish(group_id))
-    if old == S.RUNNING and instance.group_id is not None and instance.group_role == "serving":
-        # A serving replica is gone (its container died, its host went silent): its group
-        # replaces it now (a warm replica is promoted), not at the autoscaler's next round.
-        group_id = str(instance.group_id)
-        transaction.on_commit(lambda: _wake_group(group_id))
+    _after_move(instance, old, to)
+
+
+def _move_many(
+    moves: list[tuple[Instance, str, dict]], to: str, *, allowed_from: Iterable[str], now: datetime
+) -> None:
+    """``_move`` for many locked instances at once, each (instance, reason, fields): the same
+    checks and changes, written in a few statements (one update, one insert of events, one
+    pipeline of live messages) rather than several per instance."""
+    allowed = set(allowed_from)
+    events, changed = [], {"status", "status_changed_at", "status_reason"}
+    for instance, reason, fields in moves:
+        _check_move(instance, to, allowed)
+        old = _set(instance, to, reason=reason, now=now, **fields)
+        changed |= set(fields)
+        events.append(
+            InstanceEvent(
+                instance=instance,
+                kind=InstanceEvent.Kind.TRANSITION,
+                from_status=old,
+                to_status=to,
+                reason=reason,
+                created_at=now,
+            )
+        )
+        _after_move(instance, old, to)
+    instances = [instance for instance, _reason, _fields in moves]
+    Instance.objects.bulk_update(instances, sorted(changed), batch_size=500)
+    InstanceEvent.objects.bulk_create(events, batch_size=500)
+    publish_instance_events(
+        [(event.instance_id, _event_payload(event.instance, event)) for event in events]
+    )
 
 
 def _wake_group(group_id: str) -> None:
@@ -160,6 +211,43 @@ def instance_notice(instance: Instance, *, reason: str, step: str, now: datetime
 def notify_on_commit(instance: Instance, event: str, **context) -> None:
     """Tell the customer about a transition once it is committed (never a rolled-back one)."""
     transaction.on_commit(lambda: notify(instance.user, event, instance=instance, **context))
+
+
+NOTIFY_MANY_TASK = "gpurental.rentals.tasks.instances_notify"
+NOTIFY_CHUNK = 200
+
+
+def notify_many_on_commit(instances: list[Instance], event: str) -> None:
+    """``notify_on_commit`` for many instances: the notifications (rendered, recorded,
+    mailed) are made by the control worker, in chunks, so that a pass over a whole fleet
+    does not wait on them; made here when the broker does not take the task."""
+    ids = [str(instance.pk) for instance in instances]
+
+    def send() -> None:
+        from gpurental.rentals.hostcalls import app  # the app tests record sends on
+
+        for start in range(0, len(ids), NOTIFY_CHUNK):
+            chunk = ids[start : start + NOTIFY_CHUNK]
+            try:
+                app.send_task(
+                    NOTIFY_MANY_TASK,
+                    kwargs={"event": event, "instance_ids": chunk},
+                    queue="control",
+                )
+            except Exception:  # noqa: BLE001 - then here and now: nothing is lost
+                log.warning("could not queue %s notifications; making them here", event)
+                instances_notify(event=event, instance_ids=chunk)
+
+    transaction.on_commit(send)
+
+
+def instances_notify(*, event: str, instance_ids: list[str]) -> int:
+    """Notify each instance's owner of ``event`` (the task of ``notify_many_on_commit``)."""
+    count = 0
+    for instance in Instance.objects.select_related("user", "host").filter(pk__in=instance_ids):
+        notify(instance.user, event, instance=instance)
+        count += 1
+    return count
 
 
 def host_alive(instance: Instance, now: datetime) -> bool:

@@ -26,6 +26,8 @@ from gpurental.rentals.services.lifecycle.base import (
     S,
     _lock,
     _move,
+    _move_many,
+    notify_many_on_commit,
     notify_on_commit,
 )
 from gpurental.rentals.services.lifecycle.reports import launch_fail, remove_finish, stop_finish
@@ -38,6 +40,13 @@ def _at(moment: datetime) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
 
 
+def _unreachable_reason(instance: Instance, last_beat: datetime) -> str:
+    return (
+        f"host {instance.host.name} stopped heart-beating at {_at(last_beat)}; "
+        "not billed from then on, GPUs and /workspace kept while we wait for it"
+    )
+
+
 def instance_mark_unreachable(*, instance: Instance, last_beat: datetime, now: datetime) -> None:
     """Its host went silent: billing stops at the last heartbeat, the GPUs stay held."""
     with transaction.atomic():
@@ -48,12 +57,32 @@ def instance_mark_unreachable(*, instance: Instance, last_beat: datetime, now: d
             instance,
             S.UNREACHABLE,
             allowed_from={S.RUNNING},
-            reason=f"host {instance.host.name} stopped heart-beating at {_at(last_beat)}; "
-            "not billed from then on, GPUs and /workspace kept while we wait for it",
+            reason=_unreachable_reason(instance, last_beat),
             now=now,
             stopped_at=instance.stopped_at or last_beat,
         )
         notify_on_commit(instance, "instance_unreachable")
+
+
+def instances_mark_unreachable(*, last_beats: dict[int, datetime], now: datetime) -> int:
+    """``instance_mark_unreachable`` for every running instance of many silent hosts (host
+    id → its last heartbeat) at once: what a reconcile pass does when a rack or a whole
+    fleet goes quiet. The same rule, in a few statements; returns how many moved."""
+    with transaction.atomic():
+        instances = list(
+            Instance.objects.select_for_update(of=("self",))
+            .select_related("host")
+            .filter(host_id__in=list(last_beats), status=S.RUNNING)
+            .order_by("pk")  # one lock order for every pass: no deadlock between two
+        )
+        moves = []
+        for instance in instances:
+            last = last_beats[instance.host_id]
+            fields = {"stopped_at": instance.stopped_at or last}
+            moves.append((instance, _unreachable_reason(instance, last), fields))
+        _move_many(moves, S.UNREACHABLE, allowed_from={S.RUNNING}, now=now)
+        notify_many_on_commit(instances, "instance_unreachable")
+    return len(instances)
 
 
 def instance_mark_lost(*, instance: Instance, last_beat: datetime, now: datetime) -> None:
