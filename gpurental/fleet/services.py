@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import secrets
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.core.cache import cache
+from django.db import connection, transaction
 
 from gpurental import protocol
 from gpurental.accounts.models import User
@@ -199,34 +202,36 @@ def host_heartbeat_record(
     containers, their workspaces) and for a joining host's benchmark is decided by the
     receivers of ``signals.heartbeat_recorded`` (rentals, acceptance)."""
     observed_at = _agent_time(sent_at, now) if sent_at else now
-    with transaction.atomic():
-        host = Host.objects.select_for_update().get(pk=host.pk)
-        if host.last_heartbeat_at and observed_at < host.last_heartbeat_at:
-            return host  # an older beat overtaken by a newer one: nothing to learn
-        fields = {
-            "last_heartbeat_at": observed_at,
-            "runtime": runtime[:16],
-            "agent_version": agent_version[:32],
-        }
-        if gpu_source in GPUSource.values:
-            fields["gpu_source"] = gpu_source
-        for key, value in fields.items():
-            setattr(host, key, value)
-        host.save(update_fields=list(fields))
-        if host.status == HostStatus.OFFLINE:  # checked here too: no second lock per beat
-            host = host_mark_online(host=host)
-        if topology is not None and topology != host.topology:
-            old_fabric = (host.topology or {}).get("fabric")
-            host.topology = topology
-            host.driver_version, host.driver_cuda = drivers.driver_of(topology)
-            host.save(update_fields=["topology", "driver_version", "driver_cuda"])
-            audit_record(
-                action="host.topology",
-                obj=host,
-                changes={"fabric": [old_fabric, topology.get("fabric")]},
-            )
-        if inventory is not None:
+    status = _liveness_record(
+        host,
+        observed_at=observed_at,
+        runtime=runtime[:16],
+        agent_version=agent_version[:32],
+        gpu_source=gpu_source if gpu_source in GPUSource.values else None,
+    )
+    if status is None:
+        return host  # an older beat overtaken by a newer one: nothing to learn
+    host.status = status
+    if status == HostStatus.OFFLINE:
+        host = host_mark_online(host=host)
+    if topology is not None and topology != host.topology:
+        with transaction.atomic():
+            host = Host.objects.select_for_update().get(pk=host.pk)
+            if topology != host.topology:
+                old_fabric = (host.topology or {}).get("fabric")
+                host.topology = topology
+                host.driver_version, host.driver_cuda = drivers.driver_of(topology)
+                host.save(update_fields=["topology", "driver_version", "driver_cuda"])
+                audit_record(
+                    action="host.topology",
+                    obj=host,
+                    changes={"fabric": [old_fabric, topology.get("fabric")]},
+                )
+    if inventory is not None and _inventory_changed(host, inventory):
+        with transaction.atomic():
+            host = Host.objects.select_for_update().get(pk=host.pk)  # one sync at a time
             host_inventory_sync(host=host, inventory=inventory)
+        _inventory_synced(host, inventory)
     listed_at = _agent_time(containers_listed_at, now) if containers_listed_at else observed_at
     signals.heartbeat_recorded.send(
         sender=Host,
@@ -240,6 +245,56 @@ def host_heartbeat_record(
         now=now,
     )
     return host
+
+
+def _liveness_record(
+    host: Host, *, observed_at: datetime, runtime: str, agent_version: str, gpu_source: str | None
+) -> str | None:
+    """The beat's liveness in one statement (no lock held for the rest of the beat): the
+    host's status, or None when a newer beat was recorded already. The update's row lock
+    orders it with reconciliation, which judges silence under the host's lock."""
+    table = Host._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_heartbeat_at = %s, runtime = %s, agent_version = %s, "  # noqa: S608 - the model's own table name
+            "gpu_source = COALESCE(%s, gpu_source) "
+            "WHERE id = %s AND (last_heartbeat_at IS NULL OR last_heartbeat_at <= %s) "
+            "RETURNING status",
+            [observed_at, runtime, agent_version, gpu_source, host.pk, observed_at],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    host.last_heartbeat_at, host.runtime, host.agent_version = observed_at, runtime, agent_version
+    if gpu_source:
+        host.gpu_source = gpu_source
+    return row[0]
+
+
+# An inventory the host sent before, unchanged, is not compared with the GPU rows again on
+# every beat: its digest is kept this long (then the next beat syncs it once more, which
+# also puts back what someone changed in the rows by hand).
+INVENTORY_RECHECK_S = 600
+
+
+def _inventory_key(host: Host) -> str:
+    return f"fleet:inventory:{host.pk}"
+
+
+def _inventory_digest(inventory: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(inventory, sort_keys=True).encode()).hexdigest()
+
+
+def _inventory_changed(host: Host, inventory: list[dict]) -> bool:
+    try:
+        return cache.get(_inventory_key(host)) != _inventory_digest(inventory)
+    except Exception:  # noqa: BLE001 - without the cache, every beat syncs as before
+        return True
+
+
+def _inventory_synced(host: Host, inventory: list[dict]) -> None:
+    with contextlib.suppress(Exception):  # the next beat syncs again: no harm
+        cache.set(_inventory_key(host), _inventory_digest(inventory), INVENTORY_RECHECK_S)
 
 
 def _agent_time(timestamp: float, now: datetime) -> datetime:

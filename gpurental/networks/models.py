@@ -1,8 +1,9 @@
 """A customer's (or team's) private network: the subnet their instances share.
 
 One per account, made at its first launch. Its ``index`` picks its subnet in the operator's
-pool (``PRIVATE_NETWORK_POOL``, /24s by default): the database's unique constraint is the
-allocator, so two accounts never share a subnet however many launches race.
+pool (``PRIVATE_NETWORK_POOL``, /24s by default). New indexes come from a database sequence
+(``networks_private_index``) and the unique constraint has the last word, so two accounts
+never share a subnet however many launches race.
 """
 
 from __future__ import annotations

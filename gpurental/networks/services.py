@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import IntegrityError, connection, transaction
 from django.utils.translation import gettext as _
 
 from gpurental.accounts.services import audit_record
@@ -36,9 +35,8 @@ def private_network_of(account) -> PrivateNetwork:
     if existing is not None:
         return existing
     for _attempt in range(5):
-        last = PrivateNetwork.objects.aggregate(last=Max("index"))["last"]
-        index = 0 if last is None else last + 1
-        if index >= capacity():
+        index = _next_index()
+        if index >= capacity():  # the sequence ran past the pool: reuse a freed subnet
             index = _first_gap()
         if index is None:
             raise PoolExhausted(
@@ -55,6 +53,12 @@ def private_network_of(account) -> PrivateNetwork:
         audit_record(action="network.create", obj=network, changes={"subnet": subnet_of(index)})
         return network
     raise PoolExhausted(_("the private network could not be made; try again"))
+
+
+def _next_index() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval('networks_private_index')")
+        return int(cursor.fetchone()[0])
 
 
 def _first_gap() -> int | None:

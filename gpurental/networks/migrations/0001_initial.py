@@ -27,4 +27,10 @@ class Migration(migrations.Migration):
                 'constraints': [models.CheckConstraint(condition=models.Q(('index__lt', 1000000)), name='private_network_index')],
             },
         ),
+        # Where new indexes come from (networks.services): concurrent first launches of
+        # different accounts never race for the same one.
+        migrations.RunSQL(
+            "CREATE SEQUENCE networks_private_index MINVALUE 0 START 0",
+            "DROP SEQUENCE networks_private_index",
+        ),
     ]

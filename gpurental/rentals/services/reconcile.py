@@ -44,26 +44,25 @@ def host_containers_reconcile(
     *, host: Host, containers: dict[str, str], observed_at: datetime, now: datetime
 ) -> None:
     settled_before = observed_at - GRACE
-    for instance in Instance.objects.filter(
-        host=host, status=S.RUNNING, status_changed_at__lt=settled_before
-    ):
-        state = containers.get(str(instance.pk))
-        if state != "running":
-            lifecycle.instance_mark_vanished(instance=instance, state=state, now=now)
-    for instance in Instance.objects.filter(
-        host=host, status__in=(S.UNREACHABLE, S.LOST), status_changed_at__lt=observed_at
-    ):
-        lifecycle.instance_host_back(
-            instance=instance,
-            state=containers.get(str(instance.pk)),
-            observed_at=observed_at,
-            now=now,
-        )
+    # One read for the whole list (a heartbeat brings one every few seconds from every
+    # host): the host's running, unreachable and lost instances, and those it lists.
+    rows = Instance.objects.filter(
+        Q(host=host, status__in=(S.RUNNING, S.UNREACHABLE, S.LOST)) | Q(pk__in=_uuids(containers))
+    ).values_list("pk", "host_id", "status", "status_changed_at")
+    known = {}
+    for pk, host_id, status, changed in rows:
+        instance_id = str(pk)
+        known[instance_id] = (status, changed)
+        if host_id != host.pk:
+            continue
+        state = containers.get(instance_id)
+        if status == S.RUNNING and changed < settled_before and state != "running":
+            lifecycle.instance_mark_vanished(instance=instance_id, state=state, now=now)
+        elif status in (S.UNREACHABLE, S.LOST) and changed < observed_at:
+            lifecycle.instance_host_back(
+                instance=instance_id, state=state, observed_at=observed_at, now=now
+            )
 
-    rows = Instance.objects.filter(pk__in=_uuids(containers)).values_list(
-        "pk", "status", "status_changed_at"
-    )
-    known = {str(pk): (status, changed) for pk, status, changed in rows}
     for instance_id, state in containers.items():
         status, changed = known.get(instance_id, (None, None))
         if changed is not None and changed >= settled_before:

@@ -19,6 +19,7 @@ from gpurental.fleet.models import GPU, Host, Zone
 from gpurental.gateway import sshkeys
 from gpurental.images.selectors import hosts_with_image
 from gpurental.modelcache.selectors import host_has_model, hosts_with_model, models_offered
+from gpurental.networks.services import PoolExhausted, private_network_of
 from gpurental.rentals import holdings, hostcalls, selectors
 from gpurental.rentals.exceptions import InvalidTransition, NoCapacity, RentalError
 from gpurental.rentals.models import Allocation, Instance, InstanceEvent, Reservation
@@ -121,6 +122,10 @@ def instance_launch(
             hint=_("Stop an instance or ask for a higher quota."),
         )
         prepaid.launch_allowed(user=locked_user, plan=plan, now=now)
+        try:  # the account's private network (gpurental/networks), made at its first launch
+            private_network_of(locked_user)
+        except PoolExhausted as exc:
+            raise RentalError(exc.message, field="private_network") from exc
         # Its volumes pin the instance to their host (volumes_for_launch: free, one host).
         try:
             mounts = volumes_for_launch(account=user, wanted=volumes) if volumes else []
