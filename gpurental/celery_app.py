@@ -37,6 +37,15 @@ def _control_workers_consume_reports(sender, **_kwargs) -> None:
 
 WORKER_CONN_MAX_AGE = 300  # seconds a control worker's process keeps its connection
 
+# Celery's Django fixup closes every database connection before and after every task
+# unless CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says: a new PostgreSQL
+# connection per task, ~15 ms of each heartbeat's wall time, which capped a control worker
+# at ~100 heartbeats a second however many processes it had (bench/fleet.py). So the fixup
+# is told to leave them alone, and Django's own rule decides instead, around every task
+# (below): a connection older than its CONN_MAX_AGE (0 unless a control worker's pool
+# process sets it) or broken goes, as after a web request.
+app.conf["CELERY_DB_REUSE_MAX"] = 2**31
+
 
 @signals.worker_process_init.connect
 def _keep_the_database_connection(**_kwargs) -> None:
@@ -51,6 +60,16 @@ def _keep_the_database_connection(**_kwargs) -> None:
 
     for database in settings.DATABASES.values():
         database["CONN_MAX_AGE"] = WORKER_CONN_MAX_AGE
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def _close_old_database_connections(sender=None, **_kwargs) -> None:
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return  # run in the caller's process, inside its transaction: not ours to close
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 # Everything of the control plane runs on the "control" queue; agents have their own.
