@@ -511,6 +511,11 @@ if not (_private_pool.version == 4 and _private_pool.prefixlen <= PRIVATE_NETWOR
         f"PRIVATE_NETWORK_PREFIX={PRIVATE_NETWORK_PREFIX} must be between the IPv4 pool's "
         f"prefix ({PRIVATE_NETWORK_POOL}) and 28"
     )
+if not _private_pool.is_private or 2 ** (PRIVATE_NETWORK_PREFIX - _private_pool.prefixlen) > 10**6:
+    raise ImproperlyConfigured(
+        f"PRIVATE_NETWORK_POOL={PRIVATE_NETWORK_POOL} must be a private range (10/8, "
+        "172.16/12, 192.168/16) of at most 1,000,000 networks of PRIVATE_NETWORK_PREFIX"
+    )
 # The plan's disk_gb, on measured /workspace use: a notice from DISK_WARNING_PERCENT; over
 # the limit, a notice and DISK_GRACE_MINUTES to clean up before the instance is stopped.
 DISK_WARNING_PERCENT = env_int("DISK_WARNING_PERCENT", 90)

@@ -86,7 +86,9 @@ def test_the_start_spec_is_versioned_and_carries_exactly_the_protocols_fields(la
     _, instance = launched
     spec = hostcalls.container_spec(instance)
     assert spec["spec_version"] == protocol.SPEC_VERSION
-    assert set(spec) == protocol.SPEC_FIELDS
+    # An on-demand instance also gets its account's private network (an optional field).
+    assert set(spec) == protocol.SPEC_FIELDS | {"private_network"}
+    assert "private_network" in protocol.OPTIONAL_SPEC_FIELDS
 
 
 def test_the_agent_understands_every_field_the_control_plane_sends(launched, host_agent):

@@ -37,4 +37,5 @@ def driver_of(topology: dict | None) -> tuple[str, int | None]:
         return "", None
     cuda = driver.get("cuda")
     version = str(driver.get("version") or "")[:32]
-    return version, cuda if isinstance(cuda, int) and 0 < cuda < 100_000 else None
+    valid = isinstance(cuda, int) and not isinstance(cuda, bool) and 0 < cuda < 100_000
+    return version, cuda if valid else None

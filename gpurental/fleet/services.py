@@ -211,7 +211,6 @@ def host_heartbeat_record(
     )
     if status is None:
         return host  # an older beat overtaken by a newer one: nothing to learn
-    host.status = status
     if status == HostStatus.OFFLINE:
         host = host_mark_online(host=host)
     if topology is not None and topology != host.topology:

@@ -3,6 +3,8 @@ through the host link (``fleet.hostlink.send``: signed, on commit)."""
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
 from gpurental import imagerefs, protocol
@@ -14,12 +16,14 @@ from gpurental.images.selectors import (
     platform_registry_auth,
     registry_auth,
 )
-from gpurental.networks.services import private_spec
+from gpurental.networks.services import PoolExhausted, private_spec
 from gpurental.rentals.models import Instance
 from gpurental.rentals.selectors import instance_gpus
 from gpurental.rentals.services.clusters import cluster_env
 from gpurental.volumes.selectors import volumes_mounted
 from gpurental.volumes.snapshots import workspace_source_url
+
+log = logging.getLogger(__name__)
 
 
 def _send_spec(instance: Instance, task: str) -> None:
@@ -87,9 +91,13 @@ def container_spec(instance: Instance) -> dict:
 
 
 def _private_network(instance: Instance) -> dict:
-    """The account's private network, and the cluster's variables for torchrun (its
-    ranks find rank 0 by name there)."""
-    spec = private_spec(instance)
+    """The account's private network (made at launch; an instance launched before private
+    networks gets one here, or runs without it when the pool is spent)."""
+    try:
+        spec = private_spec(instance)
+    except PoolExhausted:
+        log.warning("instance %s starts without a private network: the pool is spent", instance.pk)
+        return {}
     return {"private_network": spec} if spec else {}
 
 

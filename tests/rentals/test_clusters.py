@@ -50,10 +50,18 @@ def test_a_cluster_lands_on_one_host_and_each_rank_knows_its_place(
 def test_a_rank_that_does_not_fit_launches_none(alice, a100, make_host, sent, launch):
     make_host("small", a100, count=3)
     make_host("other", a100, count=2)  # room for a rank, but not on rank 0's host
-    with pytest.raises(NoCapacity):
+    with pytest.raises(NoCapacity, match="no host has 4× A100 free for a cluster of 2 × 2") as err:
         launch(alice, gpu_model=a100, gpu_count=2, size=2)
+    assert err.value.field == "size"
     assert not Instance.objects.exists() and not Allocation.objects.exists()
     assert sent == []
+
+
+def test_the_cluster_goes_to_the_host_that_holds_it_all(alice, a100, make_host, sent, launch):
+    make_host("two", a100, count=2)  # best fit for one 2-GPU rank, too small for two
+    make_host("eight", a100, count=8)
+    ranks = launch(alice, gpu_model=a100, gpu_count=2, size=2)
+    assert {i.host.name for i in ranks} == {"eight"}
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,7 @@ class PrivateNet:
     @classmethod
     def from_spec(cls, data: dict) -> PrivateNet:
         index = data.get("index")
-        if not isinstance(index, int) or not 0 <= index < 1_000_000:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 1_000_000:
             raise ValueError(f"private_network index must be 0-999999, not {index!r}")
         try:
             subnet = ipaddress.ip_network(str(data.get("subnet")))

@@ -311,6 +311,7 @@ class DockerRuntime:
         """The tenant network and its firewall (network.py); the agent calls it at start."""
         with _engine_errors("set up the tenant network"):
             network.ensure_network(self.client)
+            network.private_prune(self.client)  # what an earlier agent left behind
         network.ensure_firewall()
         self.sandboxes.clear_leftovers()
 
@@ -824,9 +825,10 @@ class DockerRuntime:
             if spec.private_network is not None:
                 with _engine_errors("join the account's private network"):
                     try:
-                        network.private_join(
-                            self.client, spec.private_network, sandbox_id or container.id
-                        )
+                        # The container that runs: in the 409 case another start's, with
+                        # its own sandbox (or none), not the one claimed here.
+                        owner = sandboxes.sandbox_of(container.attrs) or container.id
+                        network.private_join(self.client, spec.private_network, owner)
                     except network.NetworkSetupError as exc:
                         raise RuntimeFailure(str(exc)) from exc
         except RuntimeFailure as exc:
@@ -894,8 +896,9 @@ class DockerRuntime:
                 pass
         if (instance_id := container.labels.get(LABEL_INSTANCE)) is not None:
             self.sandboxes.remove_for(instance_id)
-        if private:
-            network.private_prune(self.client, private)
+        # Its own networks; with none known (its sandbox went at a stop that kept it),
+        # any private network left without containers.
+        network.private_prune(self.client, private or None)
 
     def _private_networks_of(self, container: Container) -> list[str]:
         """The private networks the container is on (through its sandbox, if it has one)."""

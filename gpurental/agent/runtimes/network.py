@@ -173,14 +173,18 @@ def _private_create(client, net, ipam):
         raise
 
 
-def private_prune(client, network_names) -> None:
-    """Remove the private networks named, those no container uses any more."""
+def private_prune(client, network_names=None) -> None:
+    """Remove the private networks named (all of this engine's, without names) that no
+    container is on any more, running or stopped: Docker would let a network go from under
+    a stopped container, which then could not start (a parked replica, say)."""
     import docker.errors
 
+    if network_names is None:
+        network_names = [n.name for n in client.networks.list(filters={"label": LABEL_PRIVATE})]
     for name in network_names:
         try:
-            network = client.networks.get(name)
-            if not network.attrs.get("Containers"):
-                network.remove()
+            if client.containers.list(all=True, filters={"network": name}):
+                continue
+            client.networks.get(name).remove()
         except docker.errors.APIError:  # gone already, or joined again meanwhile
             continue

@@ -4,8 +4,8 @@ its own) that knows its place: the start spec sets ``MASTER_ADDR`` (rank 0's nam
 account's private network), ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``/``NODE_RANK`` and
 the interface NCCL and Gloo must use (the private network's, ``eth1``).
 
-Placement: ``pack`` puts every rank on one host (the host of rank 0, chosen as for any
-launch). ``spread`` (one rank per host) needs the private network to reach across hosts;
+Placement: ``pack`` puts every rank on one host: the one with the fewest free GPUs of the
+model that still holds the whole cluster (best fit, as for a single launch). ``spread`` (one rank per host) needs the private network to reach across hosts;
 that overlay is not built yet, so it is refused, saying so. All ranks launch or none: one
 refusal rolls the others back before any agent hears of them.
 """
@@ -21,8 +21,10 @@ from django.utils.translation import gettext as _
 
 from gpurental.accounts.models import User
 from gpurental.catalog.models import GPUModel, ImageTemplate, Plan
-from gpurental.rentals.exceptions import RentalError
+from gpurental.fleet.models import Host
+from gpurental.rentals.exceptions import NoCapacity, RentalError
 from gpurental.rentals.models import Instance
+from gpurental.rentals.selectors import free_gpus
 
 MAX_SIZE = 16
 PLACEMENTS = ("pack", "spread")
@@ -46,7 +48,7 @@ def cluster_launch(
     """Launch ``size`` ranks named ``<name>-<rank>``; returns them by rank. Raises what
     instance_launch raises (QuotaExceeded, NoCapacity, RentalError): then none is made."""
     # lifecycle's start specs read cluster_env below (hostcalls): imported here, not above.
-    from gpurental.rentals.services.lifecycle import instance_launch
+    from gpurental.rentals.services.lifecycle import instance_launch, resolve_plan
 
     now = now or timezone.now()
     if not 2 <= size <= MAX_SIZE:
@@ -68,6 +70,8 @@ def cluster_launch(
             ),
             field="placement",
         )
+    resolved = resolve_plan(plan=plan, gpu_model=gpu_model, gpu_count=gpu_count)
+    host = _host_for(resolved, size=size, now=now)
     cluster_id = uuid.uuid4()
     base = (name or "").strip() or f"cluster-{str(cluster_id)[:8]}"
     ranks: list[Instance] = []
@@ -82,12 +86,34 @@ def cluster_launch(
                     gpu_count=gpu_count,
                     name=f"{base[:90]}-{rank}",
                     image_alias=image_alias,
-                    host=ranks[0].host if ranks else None,
+                    host=host,
                     cluster=(cluster_id, rank, size),
                     now=now,
                 )
             )
     return ranks
+
+
+def _host_for(plan: Plan, *, size: int, now: datetime) -> Host:
+    """The host with the fewest free GPUs of the plan's model that holds all ``size`` ranks."""
+    need = plan.gpu_count * size
+    fits = [h for h in free_gpus(gpu_model=plan.gpu_model, now=now) if len(h.free) >= need]
+    if not fits:
+        raise NoCapacity(
+            _(
+                "no host has %(need)s× %(model)s free for a cluster of %(size)s × %(count)s "
+                "GPUs (placement pack puts them all on one host)"
+            )
+            % {
+                "need": need,
+                "model": plan.gpu_model.short_name,
+                "size": size,
+                "count": plan.gpu_count,
+            },
+            field="size",
+        )
+    best = min(fits, key=lambda h: (len(h.free), h.host_name))
+    return Host.objects.get(pk=best.host_id)
 
 
 def cluster_env(instance: Instance) -> dict[str, str]:

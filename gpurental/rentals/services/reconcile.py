@@ -127,7 +127,9 @@ def hosts_mark_offline(*, now: datetime, heard_since: datetime | None = None) ->
     for instance in Instance.objects.filter(host_id__in=list(lost), status__in=HOLDING):
         lifecycle.instance_mark_lost(instance=instance, last_beat=lost[instance.host_id], now=now)
     lifecycle.instances_mark_unreachable(
-        last_beats={pk: last for pk, last in silent.items() if pk not in lost}, now=now
+        last_beats={pk: last for pk, last in silent.items() if pk not in lost},
+        now=now,
+        silent_before=cutoff,
     )
     return [host.name for host in hosts if host.pk in silent]
 

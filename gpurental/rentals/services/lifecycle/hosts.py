@@ -64,15 +64,20 @@ def instance_mark_unreachable(*, instance: Instance, last_beat: datetime, now: d
         notify_on_commit(instance, "instance_unreachable")
 
 
-def instances_mark_unreachable(*, last_beats: dict[int, datetime], now: datetime) -> int:
+def instances_mark_unreachable(
+    *, last_beats: dict[int, datetime], now: datetime, silent_before: datetime | None = None
+) -> int:
     """``instance_mark_unreachable`` for every running instance of many silent hosts (host
     id → its last heartbeat) at once: what a reconcile pass does when a rack or a whole
-    fleet goes quiet. The same rule, in a few statements; returns how many moved."""
+    fleet goes quiet. The same rule, in a few statements; returns how many moved.
+    ``silent_before``: only hosts still silent since then (a beat that came in after the
+    hosts were judged keeps its instances running)."""
+    still_silent = {"host__last_heartbeat_at__lt": silent_before} if silent_before else {}
     with transaction.atomic():
         instances = list(
             Instance.objects.select_for_update(of=("self",))
             .select_related("host")
-            .filter(host_id__in=list(last_beats), status=S.RUNNING)
+            .filter(host_id__in=list(last_beats), status=S.RUNNING, **still_silent)
             .order_by("pk")  # one lock order for every pass: no deadlock between two
         )
         moves = []
