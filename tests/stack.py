@@ -94,9 +94,9 @@ def remove_leftovers(docker_client, host_name: str) -> None:
     # Private networks their last container left (the agent prunes them on a stop; a
     # killed agent does not).
     for network in docker_client.networks.list(filters={"label": "gpurental.private"}):
-        network.reload()
-        if not network.attrs.get("Containers"):
-            with contextlib.suppress(docker.errors.APIError):
+        with contextlib.suppress(docker.errors.APIError):  # an agent may prune it meanwhile
+            network.reload()
+            if not network.attrs.get("Containers"):
                 network.remove()
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 
 NETWORK = "gpurental-tenants"
 # `ping` without CAP_NET_RAW (which containers do not get): ICMP echo sockets for the
@@ -136,12 +137,26 @@ def _private_ensure(client, net):
     import docker.errors
     from docker.types import IPAMConfig, IPAMPool
 
+    ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=net.subnet)])
     with _private_lock:
-        try:
-            return client.networks.get(net.network_name)
-        except docker.errors.NotFound:
-            pass
-        return _private_create(client, net, IPAMConfig(pool_configs=[IPAMPool(subnet=net.subnet)]))
+        # Another agent on the same engine (the test fleet's hosts share one) may be making
+        # or pruning it at this moment: a few tries settle who has it.
+        for attempt in range(PRIVATE_TRIES):
+            try:
+                return client.networks.get(net.network_name)
+            except docker.errors.NotFound:
+                pass
+            try:
+                return _private_create(client, net, ipam)
+            except NetworkSetupError:
+                if attempt == PRIVATE_TRIES - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+PRIVATE_TRIES = 4
+PRUNE_MIN_AGE_S = 120  # a network younger than this may be about to get its first container
 
 
 def _private_create(client, net, ipam):
@@ -150,6 +165,7 @@ def _private_create(client, net, ipam):
     try:
         return client.networks.create(
             net.network_name,
+            check_duplicate=True,  # two starts at once: one network of that name, not two
             driver="bridge",
             internal=True,
             ipam=ipam,
@@ -179,12 +195,34 @@ def private_prune(client, network_names=None) -> None:
     a stopped container, which then could not start (a parked replica, say)."""
     import docker.errors
 
+    # A sweep leaves young networks alone: one may be about to get its first container
+    # (a start between its create and its connect). A network named here was the removed
+    # container's; a start racing its removal makes it again (private_join tries twice).
+    min_age = 0.0
     if network_names is None:
+        min_age = PRUNE_MIN_AGE_S
         network_names = [n.name for n in client.networks.list(filters={"label": LABEL_PRIVATE})]
     for name in network_names:
         try:
+            network = client.networks.get(name)
+            if min_age and _age_s(network.attrs.get("Created", "")) < min_age:
+                continue
             if client.containers.list(all=True, filters={"network": name}):
                 continue
-            client.networks.get(name).remove()
+            network.remove()
         except docker.errors.APIError:  # gone already, or joined again meanwhile
             continue
+
+
+def _age_s(created: str) -> float:
+    """Seconds since Docker's ``Created`` (RFC 3339 with nanoseconds); 0 when unreadable."""
+    import re
+    from datetime import UTC, datetime
+
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", created)
+    if match is None:
+        return 0.0
+    fraction = (match.group(2) or ".0")[:7]  # Python reads microseconds, Docker writes nanoseconds
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    stamp = datetime.fromisoformat(match.group(1) + fraction + zone)
+    return (datetime.now(UTC) - stamp).total_seconds()
