@@ -14,6 +14,7 @@ never a test: nothing here fails because this machine is slow.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -32,6 +33,16 @@ def main() -> int:
     args = parser.parse_args()
     hosts = 50 if args.smoke else args.hosts
     var = Path(tempfile.mkdtemp(prefix="gpurental-bench-reconcile-"))
+    try:
+        return run(var, hosts)
+    finally:
+        from gpurental import embedded
+
+        embedded.stop(var)  # its own servers (none under make bench-smoke: shared ones)
+        shutil.rmtree(var, ignore_errors=True)
+
+
+def run(var: Path, hosts: int) -> int:
     setup_django(var, CELERY_TASK_ALWAYS_EAGER="0")
     from django.conf import settings
     from django.db import connection
