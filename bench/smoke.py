@@ -41,6 +41,7 @@ BENCHES = [
     "transfer",
     "network",
     "reconcile",
+    "telemetry_store",
 ]
 
 

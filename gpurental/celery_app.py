@@ -188,8 +188,8 @@ app.conf.beat_schedule = {
         "schedule": float(os.environ.get("IDLE_CHECK_INTERVAL", "60")),
         "options": {"queue": "control", "expires": 50},
     },
-    "telemetry-rollups-expire": {
-        "task": "gpurental.telemetry.tasks.rollups_expire",
+    "telemetry-maintain": {
+        "task": "gpurental.telemetry.tasks.maintain",
         "schedule": 3600.0,
         "options": {"queue": "control", "expires": 1800},
     },

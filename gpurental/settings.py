@@ -711,7 +711,12 @@ DEDICATED_SHM_MB = env_int("DEDICATED_SHM_MB", 16384)
 
 # --- telemetry ---------------------------------------------------------------
 # GPU samples: per-minute rollups in PostgreSQL, the idle auto-stop policy, /metrics.
-TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 30)
+# Per-minute GPU history (GpuMinute, one partition a day: whole days are dropped) and the
+# hourly rollups made from it (GpuHour), each kept this many days.
+TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 90)
+TELEMETRY_HOURLY_RETENTION_DAYS = env_int("TELEMETRY_HOURLY_RETENTION_DAYS", 365)
+# Days' partitions made ahead of time by the hourly maintenance task.
+TELEMETRY_PARTITIONS_AHEAD = env_int("TELEMETRY_PARTITIONS_AHEAD", 2)
 TELEMETRY_MAX_BATCH_ROWS = env_int("TELEMETRY_MAX_BATCH_ROWS", 5000)  # per agent batch
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")  # Bearer token for Prometheus; "" = staff only
 IDLE_UTILIZATION_PERCENT = env_int("IDLE_UTILIZATION_PERCENT", 5)  # below this a GPU is idle

@@ -8,13 +8,24 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
-from django.db.models import Aggregate, Avg, BooleanField, Count
+from django.db.models import (
+    Aggregate,
+    Avg,
+    BooleanField,
+    Count,
+    DateTimeField,
+    F,
+    Func,
+    Max,
+    Sum,
+    Value,
+)
 
 from gpurental.fleet.models import Host
 from gpurental.protocol import latest_key, recent_key
 from gpurental.rentals.models import Allocation, Instance
 from gpurental.rentals.selectors import HELD, HOLDING, instance_gpus, running_seconds
-from gpurental.telemetry.models import GpuMinute
+from gpurental.telemetry.models import GpuHour, GpuMinute
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +35,14 @@ class BoolOr(Aggregate):
     output_field = BooleanField()
 
 
-# Chart windows: how far back, and the bucket each point stands for.
-WINDOWS = {"1h": (timedelta(hours=1), 60), "24h": (timedelta(hours=24), 600)}
+# Chart windows: how far back, and the bucket each point stands for. Buckets of an hour
+# or more read the hourly rollups (kept a year), shorter ones the minutes.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # buckets are aligned on it, as epoch seconds
+WINDOWS = {
+    "1h": (timedelta(hours=1), 60),
+    "24h": (timedelta(hours=24), 600),
+    "30d": (timedelta(days=30), 6 * 3600),
+}
 
 
 def instance_usage(*, instance: Instance, now: datetime) -> dict:
@@ -56,41 +73,48 @@ def instance_usage(*, instance: Instance, now: datetime) -> dict:
 
 
 def instance_history(*, instance: Instance, window: str, now: datetime) -> dict:
-    """Per GPU, utilisation and memory points for the 1 h or 24 h chart (bucketed averages)."""
+    """Per GPU, utilisation and memory points for the 1 h, 24 h or 30 d chart: averages per
+    bucket, weighted by the minutes each row stands for, computed in PostgreSQL."""
     span, bucket_s = WINDOWS[window]
     since = now - span
-    rows = (
-        GpuMinute.objects.filter(instance=instance, minute__gte=since)
-        .order_by("minute")
-        .values_list("gpu_index", "minute", "util_avg", "util_max", "mem_used_avg", "mem_total")
+    if bucket_s >= 3600:
+        found = GpuHour.objects.filter(instance=instance, hour__gte=since)
+        start, weight = F("hour"), F("minutes")
+    else:
+        found = GpuMinute.objects.filter(instance=instance, minute__gte=since)
+        start, weight = F("minute"), Value(1)
+    bucket = Func(
+        Value(timedelta(seconds=bucket_s)),
+        start,
+        Value(EPOCH),
+        function="date_bin",
+        output_field=DateTimeField(),
     )
-    buckets: dict[int, dict[int, list]] = {}
-    for index, minute, util, util_max, mem, total in rows:
-        key = int(minute.timestamp()) // bucket_s * bucket_s
-        slot = buckets.setdefault(index, {}).setdefault(key, [0, 0.0, 0.0, 0.0, 0])
-        slot[0] += 1
-        slot[1] += util
-        slot[2] = max(slot[2], util_max)
-        slot[3] += mem
-        slot[4] = max(slot[4], total)
-    simulated = GpuMinute.objects.filter(
-        instance=instance, minute__gte=since, simulated=True
-    ).exists()
-    gpus = []
-    for index in sorted(buckets):
-        points = []
-        for key in sorted(buckets[index]):
-            n, util_sum, util_max, mem_sum, total = buckets[index][key]
-            points.append(
-                {
-                    "t": datetime.fromtimestamp(key, tz=UTC).isoformat(),
-                    "util": round(util_sum / n, 1),
-                    "util_max": util_max,
-                    "mem_used": int(mem_sum / n),
-                    "mem_total": total,
-                }
-            )
-        gpus.append({"index": index, "points": points})
+    rows = (
+        found.annotate(bucket=bucket)
+        .values("gpu_index", "bucket")
+        .annotate(
+            n=Sum(weight),
+            util=Sum(F("util_avg") * weight),
+            peak=Max("util_max"),
+            mem=Sum(F("mem_used_avg") * weight),
+            total=Max("mem_total"),
+        )
+        .order_by("gpu_index", "bucket")
+    )
+    simulated = found.filter(simulated=True).exists()
+    points: dict[int, list[dict]] = {}
+    for row in rows:
+        points.setdefault(row["gpu_index"], []).append(
+            {
+                "t": row["bucket"].astimezone(UTC).isoformat(),
+                "util": round(row["util"] / row["n"], 1),
+                "util_max": row["peak"],
+                "mem_used": int(row["mem"] / row["n"]),
+                "mem_total": row["total"],
+            }
+        )
+    gpus = [{"index": index, "points": found_points} for index, found_points in points.items()]
     return {
         "window": window,
         "bucket_seconds": bucket_s,

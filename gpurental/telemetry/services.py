@@ -1,4 +1,4 @@
-"""Telemetry writes: per-minute rollups from agents, their retention, the idle policy."""
+"""Telemetry writes: per-minute rollups from agents, hourly rollups of those, their\nretention (whole days of partitions, see partitions.py), the idle policy."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max
 from psycopg.types.range import Range
 
@@ -15,7 +15,8 @@ from gpurental.fleet.models import Host
 from gpurental.notifications.services import notify
 from gpurental.rentals.models import Allocation, Instance, InstanceStatus
 from gpurental.rentals.services.lifecycle import instance_notice, instance_stop
-from gpurental.telemetry.models import GpuMinute
+from gpurental.telemetry import partitions
+from gpurental.telemetry.models import GpuHour, GpuMinute
 from gpurental.telemetry.selectors import BoolOr
 
 log = logging.getLogger(__name__)
@@ -132,15 +133,72 @@ def rollups_record(*, host: Host, minutes: list[dict], simulated: bool, now: dat
 
 
 def rollups_expire(*, now: datetime, days: int | None = None, batch: int = 10_000) -> int:
-    """Delete rollups older than the retention, in short batches (no long lock on the table)."""
+    """Drop the days of per-minute rollups older than the retention (whole partitions),
+    and delete such rows from the default partition in short batches. Returns the rows
+    deleted from the default partition; the days dropped are logged."""
     days = settings.TELEMETRY_RETENTION_DAYS if days is None else days
-    cutoff = now - timedelta(days=days)
+    dropped, deleted = partitions.partitions_drop_before(now - timedelta(days=days), batch=batch)
+    if dropped:
+        log.info(
+            "dropped %d day(s) of GPU minutes: %s to %s", len(dropped), dropped[0], dropped[-1]
+        )
+    return deleted
+
+
+# Hours re-rolled each pass: batches an agent replays late (its outbox) up to this long
+# after the hour still reach the hour's rollup.
+HOURS_REROLLED = 3
+
+
+def hours_rollup(*, now: datetime, hours: int = HOURS_REROLLED) -> int:
+    """(Re)make the ``GpuHour`` rows of the last ``hours`` complete hours from their minutes:
+    one INSERT … SELECT … GROUP BY, upserted, so a pass run twice writes the same rows."""
+    until = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    since = until - timedelta(hours=hours)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO "{GpuHour._meta.db_table}" AS h (host_id, gpu_index, hour, instance_id,
+                minutes, util_avg, util_max, mem_used_avg, mem_used_max, mem_total, temp_max,
+                power_avg, simulated)
+            SELECT host_id, gpu_index, date_trunc('hour', minute, 'UTC'), instance_id,
+                count(*), avg(util_avg), max(util_max), avg(mem_used_avg)::bigint,
+                max(mem_used_max), max(mem_total), max(temp_max), avg(power_avg), bool_or(simulated)
+            FROM "{GpuMinute._meta.db_table}"
+            WHERE minute >= %s AND minute < %s
+            GROUP BY 1, 2, 3, 4
+            ON CONFLICT ON CONSTRAINT gpuhour_one_per_gpu_hour_and_holder DO UPDATE SET
+                minutes = EXCLUDED.minutes, util_avg = EXCLUDED.util_avg,
+                util_max = EXCLUDED.util_max, mem_used_avg = EXCLUDED.mem_used_avg,
+                mem_used_max = EXCLUDED.mem_used_max, mem_total = EXCLUDED.mem_total,
+                temp_max = EXCLUDED.temp_max, power_avg = EXCLUDED.power_avg,
+                simulated = EXCLUDED.simulated
+            """,  # noqa: S608 - the models' own table names
+            [since, until],
+        )
+        return cursor.rowcount
+
+
+def hours_expire(*, now: datetime, batch: int = 10_000) -> int:
+    """Delete hourly rollups older than ``TELEMETRY_HOURLY_RETENTION_DAYS``, in batches."""
+    cutoff = now - timedelta(days=settings.TELEMETRY_HOURLY_RETENTION_DAYS)
     deleted = 0
     while True:
-        ids = list(GpuMinute.objects.filter(minute__lt=cutoff).values_list("pk", flat=True)[:batch])
+        ids = list(GpuHour.objects.filter(hour__lt=cutoff).values_list("pk", flat=True)[:batch])
         if not ids:
             return deleted
-        deleted += GpuMinute.objects.filter(pk__in=ids).delete()[0]
+        deleted += GpuHour.objects.filter(pk__in=ids).delete()[0]
+
+
+def telemetry_maintain(*, now: datetime) -> dict[str, int]:
+    """The hourly job: the next days' partitions, the last hours' rollups, the retention."""
+    made = partitions.partitions_ensure(now=now, ahead=settings.TELEMETRY_PARTITIONS_AHEAD)
+    return {
+        "partitions_made": len(made),
+        "hours_rolled": hours_rollup(now=now),
+        "minutes_deleted": rollups_expire(now=now),
+        "hours_deleted": hours_expire(now=now),
+    }
 
 
 # --- idle auto-stop -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Control-queue telemetry tasks: agents' rollup batches, retention, the idle policy."""
+"""Control-queue telemetry tasks: agents' rollup batches, maintenance, the idle policy."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from django.utils import timezone
 from gpurental import protocol
 from gpurental.celery_app import app
 from gpurental.fleet.hostlink import MessageRefused, receive
-from gpurental.telemetry.services import idle_instances_check, rollups_expire, rollups_record
+from gpurental.telemetry.services import (
+    idle_instances_check,
+    rollups_record,
+    telemetry_maintain,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +35,10 @@ def telemetry_record(**message) -> None:
     )
 
 
-@app.task(name="gpurental.telemetry.tasks.rollups_expire", time_limit=600, soft_time_limit=540)
-def expire_rollups() -> None:
-    deleted = rollups_expire(now=timezone.now())
-    if deleted:
-        log.info("deleted %d GPU rollups past their retention", deleted)
+@app.task(name="gpurental.telemetry.tasks.maintain", time_limit=600, soft_time_limit=540)
+def maintain() -> None:
+    """Hourly: the next days' partitions, the last hours' rollups, the retention."""
+    log.info("telemetry maintenance: %s", telemetry_maintain(now=timezone.now()))
 
 
 @app.task(name="gpurental.telemetry.tasks.idle_check", time_limit=120, soft_time_limit=100)
