@@ -252,12 +252,18 @@ def main() -> int:
         carol = Client(HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {ids['carol_key']}")
         base = "/api/v1/instances/"
         total, n = ids["total"], args.requests
+        # The same deep position as a keyset page: the next link of the page before it.
+        before = carol.get(f"{base}?limit=50&offset={total - 150}", secure=True).json()
+        deep_cursor = before["next"].split("/api/v1/instances/", 1)[1]
         results = {
             "alice: list (50)": measure(alice, "get", base, n, 200),
             "alice: detail": measure(alice, "get", f"{base}{ids['alice_instance']}/", n, 200),
             "carol (staff): list, page 1": measure(carol, "get", f"{base}?limit=50", n, 200),
             "carol (staff): list, deep page": measure(
                 carol, "get", f"{base}?limit=50&offset={total - 100}", n, 200
+            ),
+            "carol (staff): list, deep by cursor": measure(
+                carol, "get", f"{base}{deep_cursor}", n, 200
             ),
             "carol (staff): list, 200 a page": measure(carol, "get", f"{base}?limit=200", n, 200),
             "alice: launch": measure(
@@ -278,6 +284,11 @@ def main() -> int:
             (len(alice_page["results"]) == ALICE_INSTANCES, "alice's list shows them"),
             (staff_page["count"] == total, "the staff list counts every instance"),
             (len(staff_page["results"]) == 50, "a staff page holds 50"),
+            (
+                [i["id"] for i in results["carol (staff): list, deep by cursor"]["body"]["results"]]
+                == [i["id"] for i in results["carol (staff): list, deep page"]["body"]["results"]],
+                "the cursor page is the offset page at the same position",
+            ),
             (len(results["carol (staff): list, 200 a page"]["body"]["results"]) == 200, "200"),
             (len(sent) == n + 1, "one start command per launch"),
             (bool(results["alice: detail"]["body"]["events"]), "the detail shows events"),

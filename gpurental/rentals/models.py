@@ -170,7 +170,14 @@ class Instance(models.Model):
                 fields=["cluster_id", "cluster_rank"], name="instance_one_per_cluster_rank"
             ),
         ]
-        indexes = [models.Index(fields=["status"]), models.Index(fields=["user", "status"])]
+        indexes = [
+            models.Index(fields=["status"]),
+            models.Index(fields=["user", "status"]),
+            # The lists' order (newest first, the id breaking ties): keyset pages start
+            # at their position through these, for staff (all) and for one customer.
+            models.Index(fields=["created_at", "id"], name="instance_created_keyset"),
+            models.Index(fields=["user", "created_at", "id"], name="instance_user_keyset"),
+        ]
 
     def __str__(self) -> str:
         return self.name or f"instance {str(self.id)[:8]}"

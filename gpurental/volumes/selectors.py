@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 
 from gpurental.fleet.models import Host, HostStatus
 from gpurental.volumes.models import Volume, VolumeStatus
@@ -16,14 +16,18 @@ def volumes_of(*, account):
     )
 
 
+def mounted() -> QuerySet[Volume]:
+    """Volumes an instance mounts (filter by instance, or prefetch as ``mounted_volumes``)."""
+    return Volume.objects.filter(status=VolumeStatus.AVAILABLE).order_by("mount_path")
+
+
 def volumes_mounted(*, instance) -> list[dict]:
-    """What an instance's start spec mounts: [{"name": docker volume, "path", "volume"}]."""
-    return [
-        {"name": v.docker_name, "path": v.mount_path, "volume": str(v.pk)}
-        for v in Volume.objects.filter(instance=instance, status=VolumeStatus.AVAILABLE).order_by(
-            "mount_path"
-        )
-    ]
+    """What an instance's start spec mounts: [{"name": docker volume, "path", "volume"}].
+    Reads ``instance.mounted_volumes`` where a list prefetched them (no query per row)."""
+    found = getattr(instance, "mounted_volumes", None)
+    if found is None:
+        found = mounted().filter(instance=instance)
+    return [{"name": v.docker_name, "path": v.mount_path, "volume": str(v.pk)} for v in found]
 
 
 def host_for_volume(zone) -> Host | None:
