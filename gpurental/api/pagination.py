@@ -75,9 +75,14 @@ def _decode(cursor: str, queryset: QuerySet, keys: list[tuple[str, bool]]) -> li
     )
     try:
         values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error, RecursionError):
         raise refused from None
-    if not isinstance(values, list) or len(values) != len(keys):
+    # Every key column is NOT NULL: a position holds no null (nor a list or an object).
+    if (
+        not isinstance(values, list)
+        or len(values) != len(keys)
+        or any(v is None or isinstance(v, (list, dict)) for v in values)
+    ):
         raise refused
     fields = {f.attname: f for f in queryset.model._meta.concrete_fields}
     try:

@@ -71,6 +71,12 @@ def partition_create(day: date) -> int:
         cursor.execute("SELECT to_regclass(%s)", [name])
         if cursor.fetchone()[0] is not None:
             return 0
+        # No writer may put a row of that day in the default partition between the move and
+        # the attach (the attach would then fail): the default partition is held until the
+        # commit. A writer holding it long makes this wait at most 5 s, then the next
+        # hourly run tries again.
+        cursor.execute("SET LOCAL lock_timeout = '5s'")
+        cursor.execute(f'LOCK TABLE "{DEFAULT}" IN ACCESS EXCLUSIVE MODE')
         cursor.execute(
             f'CREATE TABLE "{name}" (LIKE "{TABLE}" INCLUDING DEFAULTS INCLUDING CONSTRAINTS)'
         )
@@ -113,6 +119,9 @@ def partitions_drop_before(cutoff: datetime, *, batch: int = 10_000) -> tuple[li
             # Rows written earlier in this transaction have their deferred foreign-key
             # checks pending, and a table with pending checks cannot be dropped: run them.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            # The drop locks the whole table for a moment: never queue every write behind
+            # a long reader for more than 5 s (the next hourly run tries again).
+            cursor.execute("SET LOCAL lock_timeout = '5s'")
             cursor.execute(f'DROP TABLE IF EXISTS "{partition_name(day)}"')
         dropped.append(day)
     deleted = 0

@@ -4,6 +4,7 @@ cursor never widens what the caller may see."""
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -86,9 +87,17 @@ def test_a_customers_cursor_pages_hold_only_their_instances(as_alice, as_bob, in
 
 
 @pytest.mark.parametrize(
-    "cursor", ["not base64 at all!", "WzFd", "WyJ5ZXN0ZXJkYXkiLCJ4Il0", "bnVsbA"]
+    "cursor",
+    [
+        "not base64 at all!",
+        "WzFd",  # [1]: one value, two keys
+        "WyJ5ZXN0ZXJkYXkiLCJ4Il0",  # ["yesterday", "x"]
+        "bnVsbA",  # null
+        "W251bGwsbnVsbF0",  # [null, null]
+        "W1tdLHt9XQ",  # [[], {}]
+        base64.urlsafe_b64encode(b"[" * 100_000).decode(),  # deeper than json can go
+    ],
 )
 def test_a_cursor_that_is_not_one_is_refused_naming_the_field(as_carol, instances, cursor):
-    # WzFd: [1] (one value, two keys); the next: ["yesterday", "x"]; bnVsbA: null
     response = as_carol.get("/api/v1/instances/", {"cursor": cursor})
     assert_error(response, 400, "invalid", field="cursor")
